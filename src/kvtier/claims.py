@@ -1,0 +1,171 @@
+"""Check every published number against the recomputed registry.
+
+config/claims.yaml holds each number as printed ("85.5%", "1.37 s", "41 million"), the key
+that must reproduce it and how the printed unit maps onto the key's unit. The tolerance is
+the one the printed precision implies (half a unit of the last printed digit) unless a claim
+states a wider one with its reason ("about 30"). Used only for checking, never for rendering.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pandas as pd
+import yaml
+
+from .numbers import Number
+from .render.formats import BYTES, TIME, WORDS
+
+NUMBER_RE = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?")
+SCALES = {"plain": 1.0, "percent": 1e-2, "K": 1e3, "M": 1e6, "million": 1e6, "billion": 1e9, "x": 1.0}
+RATES = {"GB/s": 1e9, "B/s": 1.0}
+ADVERBS = {"once": 1.0, "twice": 2.0}
+
+SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["claims"],
+    "additionalProperties": False,
+    "properties": {
+        "claims": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["id", "doc", "where", "printed", "key"],
+                "additionalProperties": False,
+                "properties": {
+                    "id": {"type": "string", "pattern": r"^[a-z0-9_.\-]+$"},
+                    "doc": {"enum": ["note", "lab"]},
+                    "where": {"type": "string"},
+                    "context": {"type": "string"},
+                    "printed": {"type": "string"},
+                    "key": {"type": "string"},
+                    "as": {"type": "string"},
+                    "op": {"enum": ["eq", "le", "ge"]},
+                    "tol": {"type": "number", "minimum": 0},
+                    "why": {"type": "string"},
+                },
+                "dependentRequired": {"tol": ["why"]},
+            },
+        }
+    },
+}
+
+
+@dataclass(frozen=True)
+class Claim:
+    id: str
+    doc: str
+    where: str
+    printed: str
+    key: str
+    as_: str = "plain"
+    op: str = "eq"
+    tol: float | None = None
+    why: str = ""
+    context: str = ""
+
+
+def load_claims(path: str | Path) -> list[Claim]:
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    try:
+        jsonschema.validate(data, SCHEMA)
+    except jsonschema.ValidationError as e:
+        where = "/".join(str(p) for p in e.absolute_path)
+        raise ValueError(f"{path}: claim at {where}: {e.message}") from None
+    out, seen = [], set()
+    for c in data["claims"]:
+        if c["id"] in seen:
+            raise ValueError(f"{path}: claim id {c['id']!r} appears twice")
+        seen.add(c["id"])
+        out.append(Claim(c["id"], c["doc"], c["where"], c["printed"], c["key"], c.get("as", "plain"),
+                         c.get("op", "eq"), c.get("tol"), c.get("why", ""), c.get("context", "")))
+    return out
+
+
+def parse_printed(printed: str) -> tuple[float, int, str]:
+    """'41.2 million' -> (41.2, 1, ''); '127K' -> (127, 0, 'K'); 'three' -> (3, 0, '')."""
+    m = NUMBER_RE.search(printed)
+    if m is None:
+        word = printed.strip().lower().split()[0]
+        if word in WORDS:
+            return float(WORDS.index(word)), 0, ""
+        if word in ADVERBS:
+            return ADVERBS[word], 0, ""
+        raise ValueError(f"no number in printed text {printed!r}")
+    text = m.group().replace(",", "")
+    decimals = len(text.split(".")[1]) if "." in text else 0
+    rest = printed[m.end():]
+    suffix = {"K": "K", "M": "M", "B": "billion"}.get(rest[:1], "")
+    return float(text), decimals, suffix
+
+
+def in_printed_units(n: Number, as_: str) -> float:
+    """The registry value expressed in the unit the claim was printed in."""
+    v = float(n.value)  # type: ignore[arg-type]
+    if as_ == "percent":
+        return v * 100 if n.unit == "fraction" else v
+    if as_ in TIME:
+        if n.unit not in TIME:
+            raise ValueError(f"{n.key}: unit {n.unit!r} is not a time, claim printed in {as_}")
+        return v * TIME[n.unit] / TIME[as_]
+    if as_ in BYTES:
+        if n.unit not in BYTES:
+            raise ValueError(f"{n.key}: unit {n.unit!r} is not bytes, claim printed in {as_}")
+        return v * BYTES[n.unit] / BYTES[as_]
+    if as_ in RATES:
+        if n.unit not in RATES:
+            raise ValueError(f"{n.key}: unit {n.unit!r} is not a rate, claim printed in {as_}")
+        return v * RATES[n.unit] / RATES[as_]
+    if as_ in SCALES:
+        return v / SCALES[as_]
+    raise ValueError(f"{n.key}: unknown printed unit {as_!r}")
+
+
+def check_claim(c: Claim, registry: dict[str, Number]) -> dict[str, Any]:
+    row: dict[str, Any] = {"id": c.id, "doc": c.doc, "where": c.where, "printed": c.printed, "key": c.key,
+                           "recomputed": "", "tolerance": "", "status": "not yet computed", "detail": ""}
+    n = registry.get(c.key)
+    if n is None:
+        return row
+    if isinstance(n.value, list):
+        want = [float(x.replace(",", "")) for x in NUMBER_RE.findall(c.printed)]
+        got = [float(x) for x in n.value]
+        row.update(recomputed=", ".join(f"{g:g}" for g in got), tolerance="exact",
+                   status="pass" if want == got else "fail")
+        return row
+    value, decimals, suffix = parse_printed(c.printed)
+    as_ = c.as_ if c.as_ != "plain" or not suffix else suffix
+    tol = c.tol if c.tol is not None else 0.5 * 10 ** (-decimals)
+    got = in_printed_units(n, as_)
+    slack = tol + 1e-9 * max(1.0, abs(value))
+    ok = {"eq": abs(got - value) <= slack, "le": got <= value + slack, "ge": got >= value - slack}[c.op]
+    shown = f"{got:.{decimals + 2}f}" if math.isfinite(got) else str(got)
+    row.update(recomputed=shown, tolerance=f"{'±' if c.op == 'eq' else c.op + ' '}{tol:g}" + (f" ({c.why})" if c.why else ""),
+               status="pass" if ok else "fail")
+    return row
+
+
+def check_all(claims: list[Claim], registry: dict[str, Number]) -> pd.DataFrame:
+    return pd.DataFrame([check_claim(c, registry) for c in claims])
+
+
+def report_markdown(table: pd.DataFrame) -> str:
+    counts = table["status"].value_counts().to_dict()
+    lines = [
+        "# Claims check",
+        "",
+        "Each number printed in the note and the lab, against the value recomputed from raw/.",
+        "",
+        "Summary: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("pass", "fail", "not yet computed")),
+        "",
+        "| id | doc | where | printed | recomputed | tolerance | key | status |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in table.itertuples(index=False):
+        lines.append(f"| {r.id} | {r.doc} | {r.where} | {r.printed} | {r.recomputed} | {r.tolerance} | `{r.key}` | {r.status} |")
+    return "\n".join(lines) + "\n"

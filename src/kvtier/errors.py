@@ -1,0 +1,24 @@
+"""Errors that name the record they are about, so a bad input never becomes a wrong number."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class RawRecordError(ValueError):
+    """A raw record that breaks its contract: the message always names file and line/record."""
+
+    def __init__(self, path: str | Path, message: str, line: int | None = None, record: str | None = None):
+        self.path = str(path)
+        self.line = line
+        self.record = record
+        where = self.path if line is None else f"{self.path}:{line}"
+        text = f"{where}: {message}"
+        if record is not None:
+            shown = record if len(record) <= 160 else record[:157] + "..."
+            text += f"\n    {shown}"
+        super().__init__(text)
+
+
+class ManifestError(RuntimeError):
+    """A raw file that is not what raw/MANIFEST.tsv pins (unlisted, missing or altered)."""

@@ -1,0 +1,92 @@
+"""The numbers registry: results/numbers/<topic>.json is the only thing that feeds the text.
+
+Each key carries its value, unit, the rule that computed it and the files it was computed
+from, so every number in the note can be traced back to raw records.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Sequence
+
+Value = float | int | list
+
+
+@dataclass(frozen=True)
+class Number:
+    key: str
+    value: Value
+    unit: str
+    rule: str
+    inputs: tuple[str, ...]
+    note: str = ""
+
+    def __float__(self) -> float:  # lets filters and arithmetic treat a Number as its value
+        return float(self.value)  # type: ignore[arg-type]
+
+
+def _clean(value: object, key: str) -> Value:
+    """Only finite numbers (or lists of them) enter the registry: a NaN is a bug upstream."""
+    if isinstance(value, bool):
+        return int(value)
+    if hasattr(value, "item") and not isinstance(value, (list, tuple)):
+        value = value.item()  # numpy scalar
+    if isinstance(value, (list, tuple)):
+        return [_clean(v, key) for v in value]  # type: ignore[misc]
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"number {key!r} is {value}: refusing to register a non-finite value")
+        return value
+    raise TypeError(f"number {key!r}: value {value!r} of type {type(value).__name__} is not numeric")
+
+
+@dataclass
+class NumbersWriter:
+    """Collects the numbers of one topic and writes them atomically as JSON."""
+
+    topic: str
+    rule: str
+    inputs: Sequence[str]
+    numbers: dict[str, dict] = field(default_factory=dict)
+
+    def add(self, key: str, value: object, unit: str, *, inputs: Iterable[str] | None = None, note: str = "") -> None:
+        if not key.startswith(self.topic.split("_")[0] + ".") and not key.startswith(self.topic + "."):
+            raise ValueError(f"key {key!r} does not belong to topic {self.topic!r}")
+        if key in self.numbers:
+            raise ValueError(f"number {key!r} registered twice")
+        self.numbers[key] = {
+            "value": _clean(value, key),
+            "unit": unit,
+            "rule": self.rule,
+            "inputs": sorted(inputs) if inputs is not None else sorted(map(str, self.inputs)),
+            "note": note,
+        }
+
+    def write(self, path: str | Path) -> None:
+        atomic_write_text(path, json.dumps({"topic": self.topic, "numbers": self.numbers}, indent=1, sort_keys=True) + "\n")
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def load_registry(paths: Iterable[str | Path]) -> dict[str, Number]:
+    """Merge numbers files; a key defined by two topics is an error."""
+    registry: dict[str, Number] = {}
+    for p in paths:
+        data = json.loads(Path(p).read_text(encoding="utf-8"))
+        for key, d in data["numbers"].items():
+            if key in registry:
+                raise ValueError(f"{p}: number {key!r} already defined by rule {registry[key].rule}")
+            registry[key] = Number(key, d["value"], d["unit"], d["rule"], tuple(d["inputs"]), d.get("note", ""))
+    return registry

@@ -1,0 +1,100 @@
+"""Trace every number to the rule, script and raw files (with sha256) it came from.
+
+Intermediate tables carry a sidecar `<file>.prov.json` naming their own inputs, so the
+ledger can walk from a number back through tidy tables to raw/ without re-running anything.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+from typing import Iterable
+
+from .manifest import read_manifest, sha256_of
+from .numbers import Number, atomic_write_text
+
+SIDECAR = ".prov.json"
+
+
+def write_sidecar(path: str | Path, rule: str, inputs: Iterable[str]) -> None:
+    """Record how an intermediate file was made, for the ledger's walk back to raw/."""
+    atomic_write_text(str(path) + SIDECAR, json.dumps({"rule": rule, "inputs": sorted(map(str, inputs))}, indent=1) + "\n")
+
+
+def raw_sources(path: str, seen: set[str] | None = None) -> set[str]:
+    """Raw files a path derives from, following sidecars of intermediate files."""
+    seen = set() if seen is None else seen
+    if path in seen:
+        return set()
+    seen.add(path)
+    if path.startswith("raw/"):
+        return {path}
+    side = Path(path + SIDECAR)
+    if not side.exists():
+        return set()
+    out: set[str] = set()
+    for p in json.loads(side.read_text(encoding="utf-8"))["inputs"]:
+        out |= raw_sources(p, seen)
+    return out
+
+
+def rule_locations(rules_dir: str | Path = "workflow/rules") -> dict[str, dict[str, str]]:
+    """Map each rule name to its .smk file, line and script, read from the workflow itself."""
+    out: dict[str, dict[str, str]] = {}
+    for smk in sorted(Path(rules_dir).glob("*.smk")):
+        current = None
+        for i, line in enumerate(smk.read_text(encoding="utf-8").splitlines(), 1):
+            m = re.match(r"\s*(?:rule|checkpoint)\s+(\w+)\s*:", line)
+            if m:
+                current = m.group(1)
+                out[current] = {"file": smk.as_posix(), "line": str(i), "script": ""}
+                continue
+            s = re.match(r"\s*script:\s*[\"'](.+?)[\"']", line)
+            if s and current:
+                out[current]["script"] = (smk.parent / s.group(1)).resolve().relative_to(Path.cwd().resolve()).as_posix()
+    return out
+
+
+@lru_cache(maxsize=None)
+def _sha(path: str) -> str:
+    return sha256_of(path) if Path(path).exists() else ""
+
+
+def git_stamp(cwd: str | Path = ".") -> dict[str, str | bool]:
+    """Commit and dirty flag of the working tree, or 'unknown' outside git."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True, check=True).stdout.strip()
+    try:
+        commit = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        return {"commit": "unknown", "dirty": False}
+    return {"commit": commit, "dirty": dirty}
+
+
+def build_ledger(registry: dict[str, Number], manifest: str | Path, rules_dir: str | Path = "workflow/rules") -> dict:
+    """The ledger: every number -> rule, script, direct inputs and raw inputs with sha256, commit."""
+    entries = read_manifest(manifest)
+    rules = rule_locations(rules_dir)
+    stamp = git_stamp()
+    numbers = {}
+    for key, n in sorted(registry.items()):
+        raw = sorted(set().union(*(raw_sources(p) for p in n.inputs))) if n.inputs else []
+        loc = rules.get(n.rule, {})
+        numbers[key] = {
+            "value": n.value,
+            "unit": n.unit,
+            "rule": n.rule,
+            "rule_at": f"{loc['file']}:{loc['line']}" if loc else "",
+            "script": loc.get("script", ""),
+            "inputs": [{"path": p, "sha256": _sha(p)} for p in n.inputs],
+            "raw": [
+                {"path": p, "sha256": entries[p].sha256 if p in entries else _sha(p), "class": entries[p].klass if p in entries else "unlisted"}
+                for p in raw
+            ],
+            "note": n.note,
+        }
+    return {"commit": stamp["commit"], "dirty": stamp["dirty"], "numbers": numbers}

@@ -1,0 +1,81 @@
+"""Render one document (the note or the lab) to Markdown and to self-contained HTML."""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+from pathlib import Path
+from typing import Any
+
+import markdown
+from markupsafe import Markup
+
+from ..manifest import Entry
+from ..numbers import Number, atomic_write_text
+from .env import Renderer
+
+
+def build_stamp(commit: str, dirty: bool, snakemake_version: str) -> dict[str, str]:
+    return {
+        "commit": commit,
+        "dirty": "dirty" if dirty else "clean",
+        "date": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "snakemake": snakemake_version,
+    }
+
+
+def _inputs_context(entries: dict[str, Entry]) -> dict[str, Any]:
+    rows = sorted(entries.values(), key=lambda e: e.path)
+    return {
+        "raw_inputs": rows,
+        "replica_inputs": [e for e in rows if e.klass == "replica"],
+        "measured_inputs": [e for e in rows if e.klass == "measured"],
+        "published_inputs": [e for e in rows if e.klass == "published"],
+    }
+
+
+def provenance_table(used: dict[str, str], ledger: dict) -> str:
+    """The HTML appendix every printed number links to."""
+    rows = []
+    for key in sorted(used):
+        e = ledger["numbers"].get(key, {})
+        raw = "<br>".join(f'{html.escape(r["path"])} <code>{r["sha256"][:12]}</code> ({r["class"]})' for r in e.get("raw", []))
+        rows.append(
+            f'<tr id="n-{html.escape(key)}"><td><code>{html.escape(key)}</code></td><td>{html.escape(used[key])}</td>'
+            f'<td>{html.escape(str(e.get("value", "")))} {html.escape(e.get("unit", ""))}</td>'
+            f'<td><code>{html.escape(e.get("rule", ""))}</code><br><small>{html.escape(e.get("rule_at", ""))}</small></td>'
+            f'<td><small>{html.escape(e.get("script", ""))}</small></td><td><small>{raw}</small></td></tr>'
+        )
+    return (
+        '<table class="prov"><thead><tr><th>key</th><th>printed</th><th>value</th><th>rule</th>'
+        "<th>script</th><th>raw records (sha256, class)</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
+    )
+
+
+def render_document(
+    *,
+    templates: str | Path,
+    template: str,
+    page_template: str,
+    registry: dict[str, Number],
+    ledger: dict,
+    entries: dict[str, Entry],
+    figures: dict[str, str],
+    stamp: dict[str, str],
+    out_md: str | Path,
+    out_html: str | Path,
+    title: str,
+) -> dict[str, str]:
+    """Render both outputs; returns the keys printed and their text (for the tests and the ledger)."""
+    ctx = {"stamp": stamp, **_inputs_context(entries)}
+    md = Renderer(templates, registry, "md", figures, ctx).render(template)
+    atomic_write_text(out_md, md)
+
+    hr = Renderer(templates, registry, "html", figures, ctx)
+    body_md = hr.render(template)
+    body = markdown.markdown(body_md, extensions=["tables", "attr_list", "footnotes"], output_format="html")
+    page = hr.env.get_template(page_template).render(
+        title=title, body=Markup(body), provenance=Markup(provenance_table(hr.used, ledger)), **ctx
+    )
+    atomic_write_text(out_html, page)
+    return hr.used

@@ -1,0 +1,118 @@
+"""The Jinja2 environment: StrictUndefined, registry lookups, unit-aware filters, figures.
+
+Templates reach numbers only as `n.<key>` and print them only through a filter; in HTML
+each printed number links to its entry in the provenance appendix.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+from typing import Any, Callable
+
+import jinja2
+from markupsafe import Markup
+
+from ..numbers import Number
+from . import formats
+
+FILTERS: dict[str, Callable[..., str]] = {
+    "count": formats.count, "num": formats.num, "pct": formats.pct, "seconds": formats.seconds,
+    "ms": formats.ms, "us": formats.us, "minutes": formats.minutes, "hours": formats.hours,
+    "gb": formats.gb, "tb": formats.tb, "gib": formats.gib, "gbps": formats.gbps,
+    "times": formats.times, "ktok": formats.ktok, "million": formats.million,
+    "billion": formats.billion, "word": formats.word, "seq": formats.seq,
+}
+
+
+class Namespace:
+    """`n.prod.restores.count` -> Number; an unknown key raises, so Jinja reports it."""
+
+    def __init__(self, registry: dict[str, Number], prefix: str = ""):
+        self._registry = registry
+        self._prefix = prefix
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        key = self._prefix + name
+        if key in self._registry:
+            return self._registry[key]
+        if any(k.startswith(key + ".") for k in self._registry):
+            return Namespace(self._registry, key + ".")
+        raise AttributeError(f"no number {key!r} in the registry")
+
+    __getitem__ = __getattr__
+
+
+class Renderer:
+    """One rendering pass in one mode ('md' or 'html'); records which keys were printed."""
+
+    def __init__(self, templates: str | Path, registry: dict[str, Number], mode: str,
+                 figures: dict[str, str] | None = None, context: dict[str, Any] | None = None,
+                 figure_base: str = "../figures"):
+        if mode not in ("md", "html"):
+            raise ValueError(mode)
+        self.mode = mode
+        self.registry = registry
+        self.figures = figures or {}
+        self.figure_base = figure_base
+        self.used: dict[str, str] = {}
+        self.env = jinja2.Environment(
+            loader=jinja2.FileSystemLoader(str(templates)),
+            undefined=jinja2.StrictUndefined,
+            autoescape=False,
+            keep_trailing_newline=True,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
+        for name, fn in FILTERS.items():
+            self.env.filters[name] = self._wrap(name, fn)
+        self.env.globals.update(
+            n=Namespace(registry),
+            has=self.has,
+            figure=self.figure,
+            placeholder=self.placeholder,
+            mode=mode,
+            **(context or {}),
+        )
+
+    def _wrap(self, name: str, fn: Callable[..., str]) -> Callable[..., Markup | str]:
+        def filt(value: Any, *args: Any, **kw: Any) -> Markup | str:
+            if isinstance(value, jinja2.Undefined):
+                value._fail_with_undefined_error()  # type: ignore[attr-defined]
+            if not isinstance(value, Number):
+                raise TypeError(f"filter {name!r} got {value!r}: templates may print only registry numbers")
+            v = value.value if name == "seq" else float(value.value)  # type: ignore[arg-type]
+            text = fn(v, value.unit, *args, **kw)
+            self.used[value.key] = text
+            if self.mode == "md":
+                return text
+            title = f"{value.key} = {value.value} {value.unit} (rule {value.rule})"
+            return Markup(f'<a class="num" href="#n-{html.escape(value.key)}" title="{html.escape(title)}">{html.escape(text)}</a>')
+        return filt
+
+    def has(self, prefix: str) -> bool:
+        """True once an analysis has registered numbers under this prefix."""
+        return any(k.startswith(prefix + ".") for k in self.registry)
+
+    def figure(self, name: str, caption: str) -> Markup | str:
+        if name not in self.figures:
+            raise KeyError(f"figure {name!r} is not an input of the render rule")
+        path = Path(self.figures[name])
+        if self.mode == "md":
+            return f"![{name}]({self.figure_base}/{path.name})\n\n{caption}\n"
+        mime = {".svg": "image/svg+xml", ".png": "image/png"}[path.suffix]
+        data = base64.b64encode(path.read_bytes()).decode()
+        return Markup(
+            f'<figure id="{name}"><img alt="{html.escape(name)}" src="data:{mime};base64,{data}">'
+            f"<figcaption>{caption}</figcaption></figure>\n"
+        )
+
+    def placeholder(self, title: str, waiting_for: str) -> str:
+        return (f"> **Not yet computed: {title}.** The analysis behind this section has not landed yet "
+                f"({waiting_for}); its numbers are listed as *not yet computed* in the claims report.\n")
+
+    def render(self, template: str, **ctx: Any) -> str:
+        return self.env.get_template(template).render(**ctx)

@@ -1,0 +1,23 @@
+# The cold-read model: four timed cold reads on setup C -> numbers the note prints and the
+# model every production restore is expressed with (kvtier.coldread).
+
+NUMBERS.append("results/numbers/coldread.json")
+
+
+rule coldread_numbers:
+    message:
+        "Cold-read model: the four timed reads and their date"
+    input:
+        table=config["coldread"]["table"],
+        host=config["coldread"]["host"],
+        manifest=MANIFEST,
+    output:
+        numbers="results/numbers/coldread.json",
+    params:
+        above_last=config["coldread"]["above_last"],
+    log:
+        "logs/coldread_numbers.log",
+    conda:
+        ANALYSIS_ENV
+    script:
+        "../scripts/coldread_numbers.py"

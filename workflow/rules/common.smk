@@ -1,0 +1,23 @@
+# Shared by every rule file. Domain rule files register what the paper needs:
+#   NUMBERS.append("results/numbers/<topic>.json")   every numbers file
+#   FIGURES["fig1a"] = "figures/fig1a.svg"             every figure the templates embed
+#   DOCUMENTS / EXTRA_TARGETS                          further outputs of `rule all`
+# Input functions read these lists lazily, after every rule file has been included.
+
+NUMBERS: list[str] = []
+FIGURES: dict[str, str] = {}
+EXTRA_TARGETS: list[str] = []
+ANALYSIS_ENV = "../../envs/analysis.yaml"
+MANIFEST = config["manifest"]
+
+
+def numbers_files(wildcards):
+    return sorted(NUMBERS)
+
+
+def figure_files(wildcards):
+    return dict(sorted(FIGURES.items()))
+
+
+def all_targets(wildcards):
+    return sorted(EXTRA_TARGETS)
