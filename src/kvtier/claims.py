@@ -38,7 +38,7 @@ SCHEMA: dict[str, Any] = {
                 "required": ["id", "doc", "where", "printed", "key"],
                 "additionalProperties": False,
                 "properties": {
-                    "id": {"type": "string", "pattern": r"^[a-z0-9_.\-]+$"},
+                    "id": {"type": "string", "pattern": r"^[A-Za-z0-9_.\-]+$"},
                     "doc": {"enum": ["note", "lab"]},
                     "where": {"type": "string"},
                     "context": {"type": "string"},
@@ -169,3 +169,25 @@ def report_markdown(table: pd.DataFrame) -> str:
     for r in table.itertuples(index=False):
         lines.append(f"| {r.id} | {r.doc} | {r.where} | {r.printed} | {r.recomputed} | {r.tolerance} | `{r.key}` | {r.status} |")
     return "\n".join(lines) + "\n"
+
+
+def write_report(claims_yaml: str | Path, numbers: list[str], out_md: str | Path, out_csv: str | Path) -> pd.DataFrame:
+    from .numbers import atomic_write_text, load_registry
+
+    table = check_all(load_claims(claims_yaml), load_registry(numbers))
+    atomic_write_text(out_csv, table.to_csv(index=False))
+    atomic_write_text(out_md, report_markdown(table))
+    return table
+
+
+def gate(csv: str | Path, ok_path: str | Path) -> None:
+    """Fail loudly, listing each failing claim; leaves the report in place for reading."""
+    table = pd.read_csv(csv, dtype=str, keep_default_na=False)
+    failed = table[table["status"] == "fail"]
+    if len(failed):
+        lines = [f"  {r.id}: printed {r.printed}, recomputed {r.recomputed} ({r.key}, tolerance {r.tolerance})" for r in failed.itertuples()]
+        raise SystemExit(f"{len(failed)} published number(s) not reproduced (see results/claims.md):\n" + "\n".join(lines))
+    counts = table["status"].value_counts().to_dict()
+    from .numbers import atomic_write_text
+
+    atomic_write_text(ok_path, f"{counts}\n")

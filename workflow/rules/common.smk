@@ -1,3 +1,5 @@
+from pathlib import Path
+
 # Shared by every rule file. Domain rule files register what the paper needs:
 #   NUMBERS.append("results/numbers/<topic>.json")   every numbers file
 #   FIGURES["fig1a"] = "figures/fig1a.svg"             every figure the templates embed
@@ -21,3 +23,8 @@ def figure_files(wildcards):
 
 def all_targets(wildcards):
     return sorted(EXTRA_TARGETS)
+
+
+def template_files(wildcards):
+    """Every template, so editing a section re-renders (the folder itself is `ancient`)."""
+    return sorted(str(p) for p in Path("paper/templates").rglob("*.j2"))

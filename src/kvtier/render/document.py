@@ -79,3 +79,27 @@ def render_document(
     )
     atomic_write_text(out_html, page)
     return hr.used
+
+
+RESERVED_INPUTS = {"numbers", "ledger", "manifest", "template_files"}
+
+
+def render_from_snakemake(smk: Any, templates: str = "paper/templates", page_template: str = "page.html.j2") -> dict[str, str]:
+    """The render rules' body: every named input that is not a registry file is a figure."""
+    import json
+    from importlib.metadata import version
+
+    from ..manifest import read_manifest
+    from ..numbers import load_registry
+
+    registry = load_registry(smk.input.numbers)
+    ledger = json.loads(Path(smk.input.ledger).read_text(encoding="utf-8"))
+    figures = {k: str(v) for k, v in smk.input.items() if k not in RESERVED_INPUTS}
+    stamp = build_stamp(ledger["commit"], ledger["dirty"], version("snakemake"))
+    used = render_document(
+        templates=templates, template=smk.params.template, page_template=page_template, registry=registry,
+        ledger=ledger, entries=read_manifest(smk.input.manifest), figures=figures, stamp=stamp,
+        out_md=smk.output.md, out_html=smk.output.html, title=smk.params.title,
+    )
+    atomic_write_text(smk.output.used, json.dumps(used, indent=1, sort_keys=True) + "\n")
+    return used

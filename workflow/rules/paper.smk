@@ -1,0 +1,92 @@
+# Numbers -> provenance ledger -> the rendered note (Markdown + self-contained HTML, PDF on
+# request) -> the claims check. Domain rule files register their numbers and figures in
+# common.smk's NUMBERS / FIGURES; the input functions below read them lazily.
+
+
+rule provenance:
+    message:
+        "Provenance ledger: every number -> rule, script, raw inputs with sha256, commit"
+    input:
+        numbers=numbers_files,
+        manifest=MANIFEST,
+    output:
+        ledger="results/provenance.json",
+    log:
+        "logs/provenance.log",
+    conda:
+        ANALYSIS_ENV
+    script:
+        "../scripts/paper_provenance.py"
+
+
+rule render_note:
+    message:
+        "Render the note from paper/templates into paper/note.md and paper/note.html"
+    input:
+        unpack(figure_files),
+        numbers=numbers_files,
+        ledger="results/provenance.json",
+        manifest=MANIFEST,
+        template_files=template_files,
+    output:
+        md="paper/note.md",
+        html="paper/note.html",
+        used="results/rendered/note.used.json",
+    params:
+        template="note.md.j2",
+        title="A Host-RAM Tier for the KV Cache",
+    log:
+        "logs/render_note.log",
+    conda:
+        ANALYSIS_ENV
+    script:
+        "../scripts/paper_render.py"
+
+
+rule claims_report:
+    message:
+        "Check every published number against the recomputed registry"
+    input:
+        numbers=numbers_files,
+        claims=config["claims"],
+    output:
+        md="results/claims.md",
+        csv="results/claims.csv",
+    log:
+        "logs/claims_report.log",
+    conda:
+        ANALYSIS_ENV
+    script:
+        "../scripts/paper_claims.py"
+
+
+rule claims:
+    message:
+        "Fail if any published number is not reproduced (see results/claims.md)"
+    input:
+        csv="results/claims.csv",
+    output:
+        ok="results/claims.passed",
+    log:
+        "logs/claims.log",
+    conda:
+        ANALYSIS_ENV
+    script:
+        "../scripts/paper_claims_gate.py"
+
+
+rule note_pdf:
+    message:
+        "Print paper/note.html to PDF with headless Chromium"
+    input:
+        html="paper/note.html",
+    output:
+        pdf="paper/note.pdf",
+    params:
+        chromium=config.get("chromium", "chromium"),
+    log:
+        "logs/note_pdf.log",
+    conda:
+        ANALYSIS_ENV
+    script:
+        "../scripts/paper_pdf.py"
