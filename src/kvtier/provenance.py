@@ -7,6 +7,7 @@ ledger can walk from a number back through tidy tables to raw/ without re-runnin
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from functools import lru_cache
@@ -46,15 +47,19 @@ def rule_locations(rules_dir: str | Path = "workflow/rules") -> dict[str, dict[s
     out: dict[str, dict[str, str]] = {}
     for smk in sorted(Path(rules_dir).glob("*.smk")):
         current = None
-        for i, line in enumerate(smk.read_text(encoding="utf-8").splitlines(), 1):
+        lines = smk.read_text(encoding="utf-8").splitlines()
+        for i, line in enumerate(lines, 1):
             m = re.match(r"\s*(?:rule|checkpoint)\s+(\w+)\s*:", line)
             if m:
                 current = m.group(1)
                 out[current] = {"file": smk.as_posix(), "line": str(i), "script": ""}
                 continue
-            s = re.match(r"\s*script:\s*[\"'](.+?)[\"']", line)
-            if s and current:
-                out[current]["script"] = (smk.parent / s.group(1)).resolve().relative_to(Path.cwd().resolve()).as_posix()
+            if current and re.match(r"\s*script:", line):
+                # snakefmt puts the path on the next line; older style keeps it on this one
+                text = line if re.search(r"[\"']", line) else (lines[i] if i < len(lines) else "")
+                s = re.search(r"[\"'](.+?)[\"']", text)
+                if s:
+                    out[current]["script"] = os.path.relpath((smk.parent / s.group(1)).resolve(), Path.cwd().resolve())
     return out
 
 

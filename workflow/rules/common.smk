@@ -1,9 +1,9 @@
 from pathlib import Path
 
-# Shared by every rule file. Domain rule files register what the paper needs:
+# Shared by every .smk file. Each domain file registers what the paper needs, as follows.
 #   NUMBERS.append("results/numbers/<topic>.json")   every numbers file
 #   FIGURES["fig1a"] = "figures/fig1a.svg"             every figure the templates embed
-#   DOCUMENTS / EXTRA_TARGETS                          further outputs of `rule all`
+#   EXTRA_TARGETS.append(path)                       further outputs of the default target
 # Input functions read these lists lazily, after every rule file has been included.
 
 NUMBERS: list[str] = []

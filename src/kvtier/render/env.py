@@ -41,7 +41,7 @@ class Namespace:
             return self._registry[key]
         if any(k.startswith(key + ".") for k in self._registry):
             return Namespace(self._registry, key + ".")
-        raise AttributeError(f"no number {key!r} in the registry")
+        return jinja2.StrictUndefined(hint=f"no number {key!r} in the registry (has its analysis run?)", name=key)
 
     __getitem__ = __getattr__
 

@@ -1,0 +1,45 @@
+"""Shared fixtures: a built copy of the repository, made once per test session."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def copy_repo(dest: Path) -> Path:
+    """Copy the working tree as git sees it (tracked + untracked, not ignored) into dest."""
+    files = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    ).stdout.split("\0")
+    for rel in filter(None, files):
+        src = REPO / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    return dest
+
+
+def snakemake(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    exe = Path(sys.executable).with_name("snakemake")
+    cmd = [str(exe) if exe.exists() else "snakemake", "--cores", "2", *args]
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
+    if check and done.returncode != 0:
+        raise AssertionError(f"snakemake {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")
+    return done
+
+
+@pytest.fixture(scope="session")
+def built_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the repo on which `snakemake --cores all` ran once (the default target)."""
+    repo = copy_repo(tmp_path_factory.mktemp("repo"))
+    snakemake(repo)
+    return repo
