@@ -3,28 +3,20 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from kvtier.worktree import copy_worktree
+
 REPO = Path(__file__).resolve().parent.parent
 
 
 def copy_repo(dest: Path) -> Path:
     """Copy the working tree as git sees it (tracked + untracked, not ignored) into dest."""
-    files = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
-        cwd=REPO, capture_output=True, text=True, check=True,
-    ).stdout.split("\0")
-    for rel in filter(None, files):
-        src = REPO / rel
-        if src.is_file():
-            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(src, dest / rel)
-    return dest
+    return copy_worktree(REPO, dest)
 
 
 def snakemake(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:

