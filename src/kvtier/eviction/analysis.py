@@ -1,0 +1,258 @@
+"""Eviction-test records -> tidy table, Table 1, Figure 1a and the `evict.*` numbers.
+
+Nothing is taken on trust from run.yaml's own verdicts: codes are found again in the raw
+answers, eviction and bytes restored are derived again from the raw /metrics snapshots.
+A run enters Table 1 only if it completed, its cold read returned every code (else it is
+excluded, as the note excludes one) and its restore found the prefix outside GPU memory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import RawRecordError
+from ..serving.metrics import Snapshot
+from .checks import restore_checks
+from .conversation import find_codes
+from .records import MEASURED_PHASES, Run, read_run
+
+MiB = 2**20
+GiB = 2**30
+
+
+def ttft(rec: dict[str, Any]) -> tuple[float, str]:
+    """Client TTFT: first visible text; the first streamed chunk if the model emitted no text."""
+    if rec.get("ttft_s") is not None:
+        return float(rec["ttft_s"]), "text"
+    if rec.get("first_chunk_s") is not None:
+        return float(rec["first_chunk_s"]), "first_chunk"
+    raise RawRecordError(f"requests.jsonl (seq {rec['seq']})", "request has neither ttft_s nor first_chunk_s")
+
+
+def measured_rows(run: Run) -> list[dict[str, Any]]:
+    """One row per measured request of the run's final attempts, with its metric deltas."""
+    rows = []
+    codes = run.meta["conversation"]["codes"]
+    prompt = int(run.meta["conversation"]["prompt_tokens"])
+    block = run.meta["server"].get("offload_block_tokens")
+    tol = float(run.meta["plan"].get("gpu_hit_tolerance", 0.1))
+    rounds = int(run.meta["plan"]["rounds"])
+    for phase in MEASURED_PHASES:
+        for round_ in ([0] if phase != "restore" else range(1, rounds + 1)):
+            for rec in run.final(phase, round_):
+                if rec["status"] != "ok":
+                    continue
+                before = Snapshot.read(run.dir / rec["metrics_before"])
+                after = Snapshot.read(run.dir / rec["metrics_after"])
+                c = restore_checks(before, after, prompt, block, tol)
+                t, src = ttft(rec)
+                rows.append({
+                    "setup": run.setup, "run": run.name, "provenance": run.meta["provenance"], "phase": phase, "round": round_,
+                    "seq": rec["seq"], "attempt": rec["attempt"], "ttft_s": t, "ttft_source": src,
+                    "first_byte_s": rec.get("first_byte_s"), "total_s": rec.get("total_s"), "prompt_tokens": prompt,
+                    "gpu_hit_tokens": c["gpu_hit_tokens"], "pool_tokens": c["pool_tokens"], "computed_tokens": c["computed_tokens"],
+                    "load_bytes": c["load_bytes"], "load_time_s": c["load_time_s"], "blocks_moved": c["blocks_moved"],
+                    "blocks_served": c["blocks_served"], "block_tokens": c["block_tokens"], "evicted": c["evicted"], "recomputed": c["recomputed"],
+                    "codes_expected": len(codes), "codes_found": len(find_codes(rec.get("answer") or "", codes)),
+                    "kv_cache_tokens": before.kv_cache_tokens(), "pool_bytes": after.offload_pool_bytes(),
+                })
+    return rows
+
+
+def run_summary(run: Run, rows: pd.DataFrame) -> dict[str, Any]:
+    """The verdict on one run, recomputed from its rows."""
+    cold = rows[rows.phase == "cold"]
+    restores = rows[rows.phase == "restore"].sort_values("round")
+    complete = run.meta["status"] == "complete" and not cold.empty and len(restores) == int(run.meta["plan"]["rounds"])
+    excluded = bool(complete and (cold.codes_found < cold.codes_expected).any())
+    evicted = bool(complete and restores.evicted.all())
+    gpu = run.meta["host"].get("gpu") or {}
+    server = run.meta["server"]
+    pool = rows.pool_bytes.dropna()
+    return {
+        "setup": run.setup, "run": run.name, "provenance": run.meta["provenance"], "status": run.meta["status"],
+        "complete": complete, "excluded": excluded, "evicted": evicted, "valid": complete and not excluded and evicted,
+        "model": run.meta["model"]["served_name"], "model_params": run.meta["model"].get("params"),
+        "gpu": gpu.get("name", "none (CPU)"), "gpu_memory_bytes": gpu.get("memory_total_mib", 0) * MiB if gpu else None,
+        "tier": server["tier"], "ram_pool_bytes": int(pool.iloc[0]) if len(pool) else (server.get("offload_gib", 0) * GiB or None),
+        "kv_cache_tokens": rows.kv_cache_tokens.dropna().iloc[0] if rows.kv_cache_tokens.notna().any() else None,
+        "prompt_tokens": int(run.meta["conversation"]["prompt_tokens"]),
+        "target_tokens": int(run.meta["plan"]["target_tokens"]), "evictors": int(run.meta["plan"]["evictors"]),
+        "codes": len(run.meta["conversation"]["codes"]), "health_wait_s": server.get("health_wait_s"),
+    }
+
+
+def load(run_dirs: list[Path], run_schema: Path, request_schema: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """All runs -> (measured requests, one row per run)."""
+    reqs, runs = [], []
+    for d in run_dirs:
+        run = read_run(d, run_schema, request_schema)
+        rows = pd.DataFrame(measured_rows(run))
+        if rows.empty:
+            rows = pd.DataFrame(columns=["phase", "round", "codes_found", "codes_expected", "evicted", "pool_bytes", "kv_cache_tokens"])
+        runs.append(run_summary(run, rows))
+        reqs.append(rows)
+    return pd.concat(reqs, ignore_index=True), pd.DataFrame(runs)
+
+
+def table_runs(runs: pd.DataFrame, setups: list[str]) -> pd.DataFrame:
+    """The run that stands for each setup in Table 1: its latest valid run."""
+    valid = runs[runs.valid & runs.setup.isin(setups)].sort_values("run")
+    missing = [s for s in setups if s not in set(valid.setup)]
+    if missing:
+        raise RawRecordError("raw/eviction", f"no valid run (complete, codes on the cold read, evicted) for setup(s) {missing}")
+    return valid.groupby("setup").tail(1).set_index("setup").loc[setups]
+
+
+def _phase(reqs: pd.DataFrame, run: str, phase: str, round_: int = 0) -> pd.Series:
+    sel = reqs[(reqs.run == run) & (reqs.phase == phase) & (reqs["round"] == round_)]
+    return sel.iloc[-1]
+
+
+def table1(reqs: pd.DataFrame, runs: pd.DataFrame, setups: list[str]) -> pd.DataFrame:
+    """Table 1: per setup, TTFT cold / hit / restore (first round), ratios, bytes and codes."""
+    chosen = table_runs(runs, setups)
+    out = []
+    for setup, r in chosen.iterrows():
+        cold, hit, rest = (_phase(reqs, r.run, p, k) for p, k in (("cold", 0), ("hit", 0), ("restore", 1)))
+        restores = reqs[(reqs.run == r.run) & (reqs.phase == "restore")]
+        out.append({
+            "setup": setup, "run": r.run, "provenance": r.provenance, "gpu": r.gpu, "gpu_memory_bytes": r.gpu_memory_bytes,
+            "model_params": r.model_params, "kv_cache_tokens": r.kv_cache_tokens, "ram_pool_bytes": r.ram_pool_bytes,
+            "prompt_tokens": r.prompt_tokens, "target_tokens": r.target_tokens, "evictors": r.evictors,
+            "ttft_cold_s": cold.ttft_s, "ttft_hit_s": hit.ttft_s, "ttft_restore_s": rest.ttft_s,
+            "ratio_cold_restore": cold.ttft_s / rest.ttft_s, "restore_minus_hit_s": rest.ttft_s - hit.ttft_s,
+            "restore_bytes": rest.load_bytes, "blocks_moved": rest.blocks_moved, "blocks_served": rest.blocks_served,
+            "restored_requests": len(restores), "restored_with_codes": int((restores.codes_found == restores.codes_expected).sum()),
+            "codes": r.codes,
+        })
+    return pd.DataFrame(out)
+
+
+def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setups: list[str], selftest: str | None) -> pd.DataFrame:
+    t = table1(reqs, runs, setups)
+    for row in t.itertuples(index=False):
+        p = f"evict.{row.setup}."
+        writer.add(p + "ttft.cold", row.ttft_cold_s, "s")
+        writer.add(p + "ttft.hit", row.ttft_hit_s, "s")
+        writer.add(p + "ttft.restore", row.ttft_restore_s, "s")
+        writer.add(p + "ratio_cold_restore", row.ratio_cold_restore, "x")
+        writer.add(p + "restore_minus_hit", row.restore_minus_hit_s, "s")
+        writer.add(p + "prompt_tokens", row.prompt_tokens, "tokens")
+        writer.add(p + "evictors", row.evictors, "count")
+        writer.add(p + "restored_requests", row.restored_requests, "requests")
+        writer.add(p + "restored_with_codes", row.restored_with_codes, "requests")
+        if not pd.isna(row.restore_bytes):
+            writer.add(p + "restore_bytes", row.restore_bytes, "B")
+        if not pd.isna(row.blocks_moved):
+            writer.add(p + "blocks_moved", int(row.blocks_moved), "blocks")
+        if not pd.isna(row.blocks_served):
+            writer.add(p + "blocks_served", int(row.blocks_served), "blocks")
+        if row.gpu_memory_bytes:
+            writer.add(p + "gpu_memory", row.gpu_memory_bytes, "B")
+        if pd.notna(row.model_params):
+            writer.add(p + "model_params", int(row.model_params), "count")
+        if row.kv_cache_tokens:
+            writer.add(p + "gpu_pool_tokens", int(row.kv_cache_tokens), "tokens")
+        if row.ram_pool_bytes:
+            writer.add(p + "ram_pool", row.ram_pool_bytes, "B")
+    scope = runs[runs.setup.isin(setups)]
+    codes = set(t.codes)
+    if len(codes) != 1:
+        raise ValueError(f"runs of Table 1 hide different numbers of codes: {sorted(codes)}")
+    per_setup = scope[scope.valid].groupby("setup").size()
+    writer.add("evict.codes_per_conversation", codes.pop(), "count")
+    block = set(reqs[reqs.run.isin(t.run) & (reqs.phase == "restore")].block_tokens.dropna().astype(int))
+    if len(block) == 1:
+        writer.add("evict.block_tokens", block.pop(), "tokens", note="offloaded block size of the Table 1 runs")
+    writer.add("evict.restored_requests", int(t.restored_requests.sum()), "requests")
+    writer.add("evict.restored_with_codes", int(t.restored_with_codes.sum()), "requests")
+    writer.add("evict.excluded_runs", int(scope.excluded.sum()), "count", note="complete runs whose cold read missed a code")
+    writer.add("evict.runs_per_setup", int(per_setup.max()), "count",
+               note="valid runs per setup" + ("" if per_setup.nunique() == 1 else f" (differs: {per_setup.to_dict()})"))
+    writer.add("evict.prompt_tokens", float(t.prompt_tokens.mean()), "tokens", note="mean conversation length over the setups")
+    targets = set(t.target_tokens)
+    if len(targets) == 1:
+        writer.add("evict.target_tokens", targets.pop(), "tokens", note="size the conversations were built to")
+    writer.add("evict.max_ratio", float(t.ratio_cold_restore.max()), "x")
+    writer.add("evict.hit_mean", float(t.ttft_hit_s.mean()), "s")
+    if selftest:
+        _selftest_numbers(writer, reqs, runs, selftest)
+    return t
+
+
+def _selftest_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setup: str) -> None:
+    """The harness's self-test on a CPU vLLM: the latest complete run of that setup."""
+    done = runs[(runs.setup == setup) & runs.complete].sort_values("run")
+    if done.empty:
+        return
+    r = done.iloc[-1]
+    cold, hit, rest = (_phase(reqs, r.run, p, k) for p, k in (("cold", 0), ("hit", 0), ("restore", 1)))
+    p = f"evict.{setup}."
+    writer.add(p + "ttft.cold", cold.ttft_s, "s")
+    writer.add(p + "ttft.hit", hit.ttft_s, "s")
+    writer.add(p + "ttft.restore", rest.ttft_s, "s")
+    writer.add(p + "ratio_cold_hit", cold.ttft_s / hit.ttft_s, "x")
+    writer.add(p + "prompt_tokens", int(r.prompt_tokens), "tokens")
+    writer.add(p + "kv_cache_tokens", int(r.kv_cache_tokens), "tokens")
+    writer.add(p + "evictors", int(r.evictors), "count")
+    writer.add(p + "evictor_tokens_over_cache", r.evictors * r.prompt_tokens / r.kv_cache_tokens, "x")
+    writer.add(p + "restore.gpu_hit_tokens", rest.gpu_hit_tokens, "tokens")
+    writer.add(p + "restore.pool_tokens", rest.pool_tokens, "tokens")
+    writer.add(p + "restore.computed_tokens", rest.computed_tokens, "tokens")
+    writer.add(p + "hit.gpu_hit_tokens", hit.gpu_hit_tokens, "tokens")
+    writer.add(p + "evicted", int(r.evicted), "count")
+    writer.add(p + "excluded", int(r.excluded), "count")
+    writer.add(p + "cold_codes_found", int(cold.codes_found), "count")
+    writer.add(p + "codes", int(r.codes), "count")
+    writer.add(p + "model_params", int(r.model_params), "count")
+    if r.health_wait_s is not None:
+        writer.add(p + "health_wait", float(r.health_wait_s), "s")
+
+
+def table1_markdown(t: pd.DataFrame) -> str:
+    """Table 1 as a Markdown table for results/ (the note builds its own from the registry)."""
+    head = "| Setup | GPU | Model params | Prompt tokens | Evictors | TTFT cold | TTFT hit | TTFT restored | Cold / restored | Restored − hit | Bytes restored | Restored requests with all codes |"
+    lines = [head, "|" + "---|" * 12]
+    for r in t.itertuples(index=False):
+        params = f"{r.model_params / 1e9:.0f}B" if pd.notna(r.model_params) else "not recorded"
+        lines.append(f"| {r.setup} | {r.gpu} | {params} | {r.prompt_tokens:,} | {r.evictors} | "
+                     f"{r.ttft_cold_s:.2f} s | {r.ttft_hit_s:.2f} s | {r.ttft_restore_s:.2f} s | {r.ratio_cold_restore:.0f}× | "
+                     f"{r.restore_minus_hit_s:.2f} s | {r.restore_bytes / 1e9:.1f} GB | {r.restored_with_codes} of {r.restored_requests} |")
+    return "\n".join(lines) + "\n"
+
+
+def figure_1a(t: pd.DataFrame, out: str | Path) -> None:
+    """Figure 1a: TTFT cold, hit and restored per setup (log scale), ratios on top."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams["svg.hashsalt"] = "kvtier-fig1a"
+    fig, ax = plt.subplots(figsize=(5.6, 3.4))
+    kinds = [("ttft_cold_s", "read cold", "#b0b0b0"), ("ttft_hit_s", "hit in GPU memory", "#6a9fd4"),
+             ("ttft_restore_s", "restored from RAM after eviction", "#d4793a")]
+    x = np.arange(len(t))
+    width = 0.26
+    for i, (col, label, color) in enumerate(kinds):
+        vals = t[col].to_numpy(dtype=float)
+        bars = ax.bar(x + (i - 1) * width, vals, width, label=label, color=color)
+        for b, v in zip(bars, vals):
+            ax.annotate(f"{v:.2f} s", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=7,
+                        xytext=(0, 2), textcoords="offset points")
+    ax.set_yscale("log")
+    ax.set_ylim(top=float(t.ttft_cold_s.max()) * 4)
+    ax.set_xticks(x, [f"setup {r.setup}\n{r.prompt_tokens / 1e3:.0f}K tokens, cold/restored {r.ratio_cold_restore:.0f}×"
+                      for r in t.itertuples(index=False)], fontsize=8)
+    ax.set_ylabel("time to first token (s, log scale)")
+    ax.legend(fontsize=7, frameon=False, loc="upper right")
+    ax.spines[["top", "right"]].set_visible(False)
+    fig.tight_layout()
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="svg", metadata={"Date": None})
+    plt.close(fig)

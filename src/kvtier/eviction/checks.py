@@ -1,0 +1,59 @@
+"""What a measured request did, from the /metrics snapshots taken around it.
+
+Both the harness (to flag a run while it runs) and the analysis (from the raw .prom files)
+call these, so the verdict in run.yaml and the published numbers come from the same code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..serving.metrics import Snapshot
+
+
+def request_delta(before: Snapshot, after: Snapshot) -> dict[str, float | None]:
+    """Prompt tokens by source and offload loads between two snapshots of one request."""
+    b, a = before.tokens_by_source(), after.tokens_by_source()
+    out: dict[str, float | None] = {
+        "gpu_hit_tokens": a["local_cache_hit"] - b["local_cache_hit"],
+        "pool_tokens": a["external_kv_transfer"] - b["external_kv_transfer"],
+        "computed_tokens": a["local_compute"] - b["local_compute"],
+    }
+    lb, la = before.load_bytes(), after.load_bytes()
+    tb, ta = before.load_time(), after.load_time()
+    out["load_bytes"] = None if lb is None or la is None else la - lb
+    out["load_time_s"] = None if tb is None or ta is None else ta - tb
+    return out
+
+
+def offload_block_tokens(snap: Snapshot, fallback: int | None) -> int | None:
+    info = snap.labels_of("vllm:kv_offload_config_info")
+    try:
+        return int(info["cpu_kv_cache_size_tokens"]) // int(info["cpu_num_chunks"])
+    except (KeyError, ValueError, ZeroDivisionError):
+        return fallback
+
+
+def restore_checks(before: Snapshot, after: Snapshot, prompt_tokens: int, block_tokens: int | None,
+                   gpu_hit_tolerance: float = 0.1) -> dict[str, Any]:
+    """Was the prefix evicted, where did its tokens come from, how many blocks moved."""
+    d = request_delta(before, after)
+    per_block = after.offload_bytes_per_block()
+    block_tokens = offload_block_tokens(after, block_tokens)
+    moved = served = None
+    if d["load_bytes"] is not None and per_block:
+        moved = round(d["load_bytes"] / per_block)
+    if block_tokens:
+        served = int(d["pool_tokens"] // block_tokens)  # type: ignore[operator]
+    seen = sum(v for k, v in d.items() if k.endswith("_tokens"))  # type: ignore[misc]
+    return {
+        **d,
+        "tokens_seen": seen,
+        "bytes_per_block": per_block,
+        "block_tokens": block_tokens,
+        "blocks_moved": moved,
+        "blocks_served": served,
+        "evicted": bool(d["gpu_hit_tokens"] <= gpu_hit_tolerance * prompt_tokens),  # type: ignore[operator]
+        "restored_from_pool": bool((d["pool_tokens"] or 0) > 0),
+        "recomputed": bool(d["computed_tokens"] >= (1 - gpu_hit_tolerance) * prompt_tokens),  # type: ignore[operator]
+    }

@@ -1,0 +1,150 @@
+"""raw/eviction/<setup>/<run>/: the record format of one eviction-test run.
+
+    run.yaml         setup, model, server, versions, host, plan, conversation, status, checks
+    requests.jsonl   one line per request (append-only; a rerun appends with attempt + 1)
+    metrics/NN_<phase>_<before|after>.prom   raw /metrics snapshots around measured requests
+    server.log       the server's own output (launched servers)
+
+The harness and the replica generator both write through `RunWriter`, so replica records are
+byte-for-byte the same format as measured ones. Reading validates against the JSON Schemas
+in workflow/schemas/ and names the file and line of a bad record.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from ..errors import RawRecordError
+from ..numbers import atomic_write_text
+
+FORMAT = "kvtier-eviction/1"
+SCHEMA_DIR = Path(__file__).resolve().parents[3] / "workflow" / "schemas"
+RUN_SCHEMA = SCHEMA_DIR / "eviction-run.schema.yaml"
+REQUEST_SCHEMA = SCHEMA_DIR / "eviction-request.schema.yaml"
+MEASURED_PHASES = ("cold", "hit", "restore")
+
+
+def phase_ids(rounds: int) -> list[str]:
+    """Phases in order: cold, hit, then evictors.r and restore.r for each round."""
+    out = ["cold", "hit"]
+    for r in range(1, rounds + 1):
+        out += [f"evictors.{r}", f"restore.{r}"]
+    return out
+
+
+class RunWriter:
+    """Writes one run directory: atomic run.yaml, append-only requests.jsonl, raw snapshots."""
+
+    def __init__(self, run_dir: str | Path):
+        self.dir = Path(run_dir)
+        (self.dir / "metrics").mkdir(parents=True, exist_ok=True)
+
+    @property
+    def run_yaml(self) -> Path:
+        return self.dir / "run.yaml"
+
+    @property
+    def requests_jsonl(self) -> Path:
+        return self.dir / "requests.jsonl"
+
+    def load_meta(self) -> dict[str, Any] | None:
+        return yaml.safe_load(self.run_yaml.read_text(encoding="utf-8")) if self.run_yaml.exists() else None
+
+    def write_meta(self, meta: dict[str, Any]) -> None:
+        atomic_write_text(self.run_yaml, yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=120))
+
+    def append_request(self, record: dict[str, Any]) -> None:
+        """One JSON line, flushed and synced, so a crash keeps every completed request."""
+        with open(self.requests_jsonl, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def save_metrics(self, name: str, text: str) -> str:
+        rel = f"metrics/{name}.prom"
+        atomic_write_text(self.dir / rel, text)
+        return rel
+
+    def next_seq(self) -> int:
+        return len(read_jsonl_lines(self.requests_jsonl)) if self.requests_jsonl.exists() else 0
+
+
+def read_jsonl_lines(path: Path) -> list[str]:
+    return [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+
+
+def _schema(path: Path) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text(encoding="utf-8"))
+
+
+@dataclass
+class Run:
+    dir: Path
+    meta: dict[str, Any]
+    requests: list[dict[str, Any]]
+
+    @property
+    def setup(self) -> str:
+        return str(self.meta["setup"])
+
+    @property
+    def name(self) -> str:
+        return self.dir.name
+
+    def final(self, phase: str, round_: int | None = None) -> list[dict[str, Any]]:
+        """Requests of a phase from the last attempt that ran it (earlier attempts were cut short)."""
+        rows = [r for r in self.requests if r["phase"] == phase and (round_ is None or r["round"] == round_)]
+        if not rows:
+            return []
+        last = max(r["attempt"] for r in rows)
+        return sorted((r for r in rows if r["attempt"] == last), key=lambda r: r["seq"])
+
+
+def read_run(run_dir: str | Path, run_schema: Path = RUN_SCHEMA, request_schema: Path = REQUEST_SCHEMA) -> Run:
+    """Read and validate a run directory; every error names the file and the line."""
+    run_dir = Path(run_dir)
+    meta_path = run_dir / "run.yaml"
+    try:
+        meta = yaml.safe_load(meta_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RawRecordError(meta_path, "missing: every run directory needs its run.yaml") from None
+    except yaml.YAMLError as e:
+        line = getattr(getattr(e, "problem_mark", None), "line", None)
+        raise RawRecordError(meta_path, f"not YAML ({e})", line=None if line is None else line + 1) from None
+    try:
+        jsonschema.validate(meta, _schema(run_schema))
+    except jsonschema.ValidationError as e:
+        where = "/".join(map(str, e.absolute_path)) or "(top)"
+        raise RawRecordError(meta_path, f"field {where}: {e.message}") from None
+    validator = jsonschema.Draft202012Validator(_schema(request_schema))
+    req_path = run_dir / "requests.jsonl"
+    requests: list[dict[str, Any]] = []
+    if req_path.exists():
+        for i, line in enumerate(req_path.read_text(encoding="utf-8").splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise RawRecordError(req_path, f"not JSON ({e.msg})", line=i, record=line) from None
+            err = next(iter(validator.iter_errors(rec)), None)
+            if err is not None:
+                where = "/".join(map(str, err.absolute_path)) or "(top)"
+                raise RawRecordError(req_path, f"field {where}: {err.message}", line=i, record=line)
+            for key in ("metrics_before", "metrics_after"):
+                if rec.get(key) and not (run_dir / rec[key]).exists():
+                    raise RawRecordError(req_path, f"{key} names {rec[key]}, which is not in the run directory", line=i, record=line)
+            requests.append(rec)
+    return Run(run_dir, meta, requests)
+
+
+def find_runs(paths: list[str]) -> list[Path]:
+    """Run directories among a list of raw files (those holding a run.yaml), sorted."""
+    return sorted({Path(p).parent for p in paths if Path(p).name == "run.yaml"})

@@ -1,0 +1,226 @@
+"""Drive one eviction-test run against a server: cold -> hit -> (evictors -> restore) x rounds.
+
+One request at a time. Measured requests (cold, hit, restore) are bracketed by raw /metrics
+snapshots. After every phase run.yaml records it as completed, so a rerun of the same run
+directory resumes after the last completed phase; if the server restarted in between (its
+counters' creation stamp changed), the conversation is read once more ("prime") before a
+phase that needs it cached, and a restore is preceded by its evictors again.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from tqdm import tqdm
+
+from ..serving.client import RequestFailed, ServingClient
+from ..serving.metrics import Snapshot
+from ..serving.server import ServerDied, VllmServer, kv_cache_tokens_from_log
+from . import conversation as conv_mod
+from .checks import restore_checks
+from .records import FORMAT, RunWriter, phase_ids
+
+
+class HarnessFailed(RuntimeError):
+    """The run stopped; run.yaml says where and why, and the records so far are kept."""
+
+
+@dataclass
+class Plan:
+    target_tokens: int
+    seed: int = 0
+    evictors: int | None = None        # None: derive from the KV cache size
+    margin: float = 0.1                # evictor tokens >= (KV cache + conversation) x (1 + margin)
+    rounds: int = 1
+    max_tokens: int = 64
+    evictor_max_tokens: int = 1
+    gpu_hit_tolerance: float = 0.1     # restore counts as evicted if GPU hits <= this share of the prompt
+    request_timeout_s: float = 1800.0
+
+
+def derive_evictors(kv_cache_tokens: int, conversation_tokens: int, margin: float) -> int:
+    """vLLM frees an old prefix from its tail, so push the cache size *plus* the conversation through."""
+    return math.ceil((kv_cache_tokens + conversation_tokens) * (1 + margin) / conversation_tokens)
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+class Harness:
+    def __init__(self, client: ServingClient, writer: RunWriter, setup: str, plan: Plan, static: dict[str, Any],
+                 server: VllmServer | None = None, progress: bool = True):
+        self.client, self.writer, self.setup, self.plan = client, writer, setup, plan
+        self.static = static          # host, model, server, versions, description
+        self.server = server
+        self.progress = progress
+        self.meta: dict[str, Any] = {}
+        self.phase = "setup"
+
+    # ---------------------------------------------------------------- bookkeeping
+    def _start_meta(self) -> None:
+        old = self.writer.load_meta()
+        if old is None:
+            self.meta = {"format": FORMAT, "provenance": "measured", "setup": self.setup, "run": self.writer.dir.name,
+                         "description": self.static.get("description", ""), "status": "running", "started": _now(),
+                         "finished": None, "attempts": 1, "failure": None, **{k: self.static[k] for k in ("host", "model", "server", "versions")},
+                         "plan": None, "conversation": None, "phases_completed": []}
+        else:
+            self.meta = old
+            if old["status"] == "complete":
+                raise HarnessFailed(f"{self.writer.run_yaml}: run already complete; choose a new run id")
+            self.meta.update(status="running", attempts=old["attempts"] + 1, failure=None, finished=None)
+            self.meta["server"] = self.static["server"]
+        self.writer.write_meta(self.meta)
+
+    def fail_before_start(self, phase: str, reason: str) -> None:
+        """Record a run that could not start (the server died or never became healthy)."""
+        self._start_meta()
+        self.phase = phase
+        self._fail(reason)
+
+    def _fail(self, reason: str) -> None:
+        self.meta.update(status="failed", finished=_now(), failure={"phase": self.phase, "reason": reason, "at": _now()})
+        self.writer.write_meta(self.meta)
+
+    def _snapshot(self) -> tuple[str, Snapshot]:
+        text = self.client.metrics_text()
+        return text, Snapshot.parse(text, f"{self.client.base_url}/metrics")
+
+    # ---------------------------------------------------------------- requests
+    def _request(self, phase: str, round_: int, index: int, conv: conv_mod.Conversation, max_tokens: int,
+                 measured: bool, instance: str) -> dict[str, Any]:
+        seq = self.writer.next_seq()
+        rec: dict[str, Any] = {"seq": seq, "attempt": self.meta["attempts"], "phase": phase, "round": round_, "index": index,
+                               "conversation_seed": conv.seed, "started_at": _now(), "server_instance": instance,
+                               "prompt_tokens_expected": conv.prompt_tokens, "max_tokens": max_tokens,
+                               "metrics_before": None, "metrics_after": None, "error": None}
+        tag = f"{seq:03d}_{phase}" + (f"{round_}" if round_ else "")
+        if measured:
+            text, before = self._snapshot()
+            rec["metrics_before"] = self.writer.save_metrics(f"{tag}_before", text)
+            rec["server_instance"] = before.server_instance()
+        try:
+            res = self.client.stream_chat(conv.messages, max_tokens)
+        except RequestFailed as e:
+            rec.update(status="failed", error=str(e))
+            self.writer.append_request(rec)
+            raise
+        rec.update(status="ok", ttft_s=res.ttft_s, first_chunk_s=res.first_chunk_s, first_byte_s=res.first_byte_s,
+                   total_s=res.total_s, finish_reason=res.finish_reason, http_status=res.http_status,
+                   answer=res.text, usage=res.usage)
+        if phase in ("cold", "hit", "restore"):
+            rec.update(codes_expected=conv.codes, codes_found=conv_mod.find_codes(res.text, conv.codes))
+        if measured:
+            text, _ = self._snapshot()
+            rec["metrics_after"] = self.writer.save_metrics(f"{tag}_after", text)
+        self.writer.append_request(rec)
+        return rec
+
+    # ---------------------------------------------------------------- the run
+    def run(self) -> dict[str, Any]:
+        self._start_meta()
+        try:
+            self._run_phases()
+        except KeyboardInterrupt:
+            self._fail("interrupted (Ctrl-C)")
+            raise
+        except HarnessFailed as e:
+            self._fail(str(e))
+            raise
+        except (RequestFailed, ServerDied) as e:
+            reason = str(e)
+            code = self.server.exited_within(3.0) if self.server is not None else None
+            if code is not None:
+                reason = f"server exited with code {code} during {self.phase} ({e}); see server.log"
+            self._fail(reason)
+            raise HarnessFailed(f"run failed in phase {self.phase}: {reason}") from None
+        return self.meta
+
+    def _run_phases(self) -> None:
+        plan = self.plan
+        self.phase = "conversation"
+        target = conv_mod.build(plan.target_tokens, plan.seed, self.client.tokenize)
+        if self.meta["conversation"] is not None and self.meta["conversation"]["digest"] != target.digest:
+            raise HarnessFailed(f"{self.writer.run_yaml}: the rebuilt conversation differs from the recorded one "
+                                "(other seed, target or tokenizer?); resume only with the same settings")
+        self.meta["conversation"] = {"seed": target.seed, "prompt_tokens": target.prompt_tokens, "codes": target.codes,
+                                     "positions": target.positions, "words": target.words, "digest": target.digest}
+        _, snap = self._snapshot()
+        if self.meta["plan"] is None:
+            kv = snap.kv_cache_tokens()
+            if kv is None and self.server is not None:  # older servers: the startup line instead
+                kv = kv_cache_tokens_from_log(self.server.log_path)
+            if plan.evictors is None and kv is None:
+                raise HarnessFailed("cannot derive the number of evictors: /metrics has no cache_config_info; pass --evictors")
+            n = plan.evictors if plan.evictors is not None else derive_evictors(kv, target.prompt_tokens, plan.margin)  # type: ignore[arg-type]
+            self.meta["plan"] = {**asdict(plan), "evictors": n, "evictors_from": "given" if plan.evictors is not None else "derived",
+                                 "kv_cache_tokens": kv}
+        self.writer.write_meta(self.meta)
+        n_evict = self.meta["plan"]["evictors"]
+        evictors = [conv_mod.build_like(target, plan.seed + 1000 + i, self.client.tokenize) for i in range(n_evict)]
+
+        todo = [p for p in phase_ids(plan.rounds) if p not in self.meta["phases_completed"]]
+        sizes = {"cold": 1, "hit": 1, "evictors": n_evict, "restore": 1}
+        bar = tqdm(total=sum(sizes[p.split(".")[0]] for p in todo), disable=not self.progress, unit="req",
+                   desc=f"eviction {self.setup}")
+        try:
+            while todo:
+                pid = todo.pop(0)
+                name, _, r = pid.partition(".")
+                round_ = int(r or 0)
+                self.phase = pid
+                _, snap = self._snapshot()
+                instance = snap.server_instance()
+                last = self.meta.get("server_instance")
+                if last is not None and instance != last and name != "cold":
+                    # a restarted server holds nothing: read the conversation again first
+                    if name == "restore":
+                        self.meta["phases_completed"].remove(f"evictors.{round_}")
+                        todo[:0] = [f"evictors.{round_}", pid]
+                        continue
+                    self._request("prime", round_, 0, target, 1, False, instance)
+                bar.set_description(f"{self.setup} {pid}")
+                if name == "evictors":
+                    for i, ev in enumerate(evictors):
+                        self._request("evictors", round_, i, ev, plan.evictor_max_tokens, False, instance)
+                        bar.update(1)
+                        bar.set_postfix(tokens=ev.prompt_tokens)
+                else:
+                    rec = self._request(name, round_, 0, target, plan.max_tokens, True, instance)
+                    bar.update(1)
+                    bar.set_postfix(ttft=f"{rec['ttft_s'] or rec['first_chunk_s'] or 0:.2f}s")
+                    if name == "restore":
+                        self._record_checks(pid, rec, target.prompt_tokens)
+                self.meta["phases_completed"].append(pid)
+                self.meta["server_instance"] = instance
+                self.writer.write_meta(self.meta)
+        finally:
+            bar.close()
+        self._finish()
+
+    def _record_checks(self, pid: str, rec: dict[str, Any], prompt_tokens: int) -> None:
+        d = self.writer.dir
+        before = Snapshot.read(d / rec["metrics_before"])
+        after = Snapshot.read(d / rec["metrics_after"])
+        checks = restore_checks(before, after, prompt_tokens, self.meta["server"].get("offload_block_tokens"),
+                                self.plan.gpu_hit_tolerance)
+        self.meta.setdefault("checks", {})[pid] = checks
+
+    def _finish(self) -> None:
+        self.phase = "finish"
+        cold = [r for r in self.writer_requests() if r["phase"] == "cold" and r["status"] == "ok"][-1]
+        missing = [c for c in cold["codes_expected"] if c not in cold["codes_found"]]
+        self.meta["excluded"] = bool(missing)
+        self.meta["exclusion_reason"] = (f"cold read returned {len(cold['codes_found'])} of {len(cold['codes_expected'])} codes "
+                                         "(the model fails the check even without eviction)") if missing else ""
+        self.meta["not_evicted"] = not all(c["evicted"] for c in self.meta.get("checks", {}).values())
+        self.meta.update(status="complete", finished=_now())
+        self.writer.write_meta(self.meta)
+
+    def writer_requests(self) -> list[dict[str, Any]]:
+        return [json.loads(ln) for ln in self.writer.requests_jsonl.read_text(encoding="utf-8").splitlines() if ln.strip()]

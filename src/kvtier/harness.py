@@ -1,0 +1,190 @@
+"""kvtier-harness: run the note's eviction test against a live vLLM and write raw records.
+
+Examples
+  # setup A on a GPU host: launch vLLM with a 100 GiB native RAM pool (1,600-token blocks),
+  # a ~200K-token conversation, 10 evicting conversations, two evict-and-restore rounds
+  kvtier-harness run --setup A --model /models/27b --tier native --offload-gib 100 \
+      --evictors 10 --rounds 2 --server-arg=--max-model-len=262144 --pin
+
+  # the same through Snakemake (settings in config/config.yaml, experiments.eviction.setups.A)
+  snakemake --cores all eviction_A --config 'experiments={"eviction": {"activate": true}}'
+
+  # attach to a server that is already running (nothing is launched or stopped)
+  kvtier-harness run --setup C --url http://127.0.0.1:8000 --evictors 13
+
+  # a run that failed (server died, Ctrl-C, timeout) resumes after its last completed phase
+  kvtier-harness run --setup A --model /models/27b --run-id 2026-10-12-a   # same id again
+
+  kvtier-harness preflight --tier native --offload-gib 100    # checks only
+  kvtier-harness show raw/eviction/A/<run>                    # validate and summarise records
+
+Records go to <out>/<setup>/<run-id>/ (run.yaml, requests.jsonl, metrics/*.prom, server.log);
+--pin adds them to raw/MANIFEST.tsv as `measured`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import sys
+from pathlib import Path
+
+from .errors import ManifestError, RawRecordError
+from .eviction.host import host_info, model_params, versions
+from .eviction.records import RunWriter, read_run
+from .eviction.runner import Harness, HarnessFailed, Plan
+from .serving.client import RequestFailed, ServingClient
+from .serving.server import PreflightError, ServerDied, ServerSpec, VllmServer, preflight
+
+DEFAULT_VLLM = os.environ.get("KVTIER_VLLM_BIN", "vllm")
+
+
+def _spec(a: argparse.Namespace) -> ServerSpec:
+    return ServerSpec(model=a.model or "", served_name=a.served_name, tier=a.tier, offload_gib=a.offload_gib,
+                      offload_block_tokens=a.block_tokens, host=a.host, port=a.port, vllm_bin=a.vllm_bin,
+                      max_model_len=a.max_model_len, extra_args=list(a.server_arg), ram_headroom_gib=a.ram_headroom_gib,
+                      env=dict(kv.split("=", 1) for kv in a.server_env))
+
+
+def _server_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("server (launched unless --url is given)")
+    g.add_argument("--model", help="model path or name for `vllm serve`")
+    g.add_argument("--served-model-name", dest="served_name", default="model")
+    g.add_argument("--tier", choices=["native", "lmcache", "none"], default="native",
+                   help="second KV tier: vLLM's native offload, LMCache, or none")
+    g.add_argument("--offload-gib", type=float, default=0.0, help="RAM pool size in GiB (native, lmcache)")
+    g.add_argument("--block-tokens", type=int, default=1600, help="offloaded block size in tokens (native)")
+    g.add_argument("--max-model-len", type=int)
+    g.add_argument("--host", default="127.0.0.1")
+    g.add_argument("--port", type=int, default=8000)
+    g.add_argument("--vllm-bin", default=DEFAULT_VLLM, help="vllm executable (env KVTIER_VLLM_BIN)")
+    g.add_argument("--server-arg", action="append", default=[], help="extra `vllm serve` argument (repeatable; use --server-arg=--flag)")
+    g.add_argument("--server-env", action="append", default=[], help="extra NAME=VALUE for the server environment")
+    g.add_argument("--ram-headroom-gib", type=float, default=8.0, help="free RAM to leave beside the pool (preflight)")
+    g.add_argument("--health-timeout", type=float, default=1800.0, help="seconds to wait for /health after launch")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kvtier-harness", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run the eviction test and write its records", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    r.add_argument("--setup", required=True, help="setup label (A, C, cpu, ...): records go to <out>/<setup>/")
+    r.add_argument("--url", help="attach to a running server instead of launching one")
+    r.add_argument("--out", default="raw/eviction")
+    r.add_argument("--run-id", help="run directory name; reuse a failed run's id to resume it (default: UTC time)")
+    r.add_argument("--description", default="")
+    r.add_argument("--target-tokens", type=int, default=200_000, help="conversation length in the server's tokens")
+    r.add_argument("--seed", type=int, default=0, help="seed of the conversation text and codes")
+    r.add_argument("--evictors", type=int, help="number of evicting conversations; omitted: derived from the KV cache size")
+    r.add_argument("--margin", type=float, default=0.1, help="evictor tokens >= (KV cache + conversation) x (1 + margin)")
+    r.add_argument("--rounds", type=int, default=1, help="evict-and-restore rounds")
+    r.add_argument("--max-tokens", type=int, default=64, help="answer length of the measured requests")
+    r.add_argument("--request-timeout", type=float, default=1800.0, help="seconds without a byte before a request fails")
+    r.add_argument("--gpu-hit-tolerance", type=float, default=0.1, help="a restore with more GPU-cache hits than this share of the prompt is 'not evicted'")
+    r.add_argument("--pin", action="store_true", help="add the records to raw/MANIFEST.tsv as measured")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar (logs, batch jobs)")
+    _server_args(r)
+    r.set_defaults(func=cmd_run)
+    f = sub.add_parser("preflight", help="only the checks made before launching a server")
+    _server_args(f)
+    f.set_defaults(func=cmd_preflight)
+    s = sub.add_parser("show", help="validate a run directory and print its summary")
+    s.add_argument("run_dir")
+    s.set_defaults(func=cmd_show)
+    return p
+
+
+def cmd_preflight(a: argparse.Namespace) -> int:
+    for line in preflight(_spec(a)):
+        print("ok:", line)
+    return 0
+
+
+def cmd_show(a: argparse.Namespace) -> int:
+    run = read_run(a.run_dir)
+    m = run.meta
+    print(f"{run.dir}: setup {m['setup']}, status {m['status']}, phases {', '.join(m['phases_completed']) or '-'}")
+    if m.get("failure"):
+        print(f"  failed in {m['failure']['phase']}: {m['failure']['reason']}")
+    for r in run.requests:
+        if r["phase"] != "evictors":
+            print(f"  #{r['seq']} {r['phase']}{r['round'] or ''} attempt {r['attempt']}: {r['status']} "
+                  f"ttft {r.get('ttft_s')} codes {len(r.get('codes_found', []))}/{len(r.get('codes_expected', []))}")
+    for pid, c in (m.get("checks") or {}).items():
+        print(f"  {pid}: evicted={c['evicted']} gpu={c['gpu_hit_tokens']:.0f} pool={c['pool_tokens']:.0f} "
+              f"computed={c['computed_tokens']:.0f} load_bytes={c['load_bytes']}")
+    if m.get("excluded"):
+        print(f"  excluded: {m['exclusion_reason']}")
+    return 0
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    run_id = a.run_id or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
+    writer = RunWriter(Path(a.out) / a.setup / run_id)
+    spec = _spec(a)
+    server = None
+    if a.url:
+        server_meta = {"mode": "attached", "url": a.url, "tier": a.tier, "offload_gib": a.offload_gib,
+                       "offload_block_tokens": a.block_tokens if a.tier == "native" else None}
+    else:
+        if not a.model:
+            print("error: give --model to launch a server, or --url to attach to one", file=sys.stderr)
+            return 2
+        for line in preflight(spec):
+            print("preflight ok:", line, file=sys.stderr)
+        server_meta = {"mode": "launched", "url": spec.url, "tier": spec.tier, "offload_gib": spec.offload_gib,
+                       "offload_block_tokens": spec.offload_block_tokens if spec.tier == "native" else None,
+                       "command": spec.command(), "env": spec.env}
+    static = {"description": a.description, "host": host_info(),
+              "model": {"path": a.model or "", "served_name": a.served_name, "params": model_params(a.model) if a.model else None},
+              "server": server_meta, "versions": versions(None if a.url else a.vllm_bin)}
+    plan = Plan(target_tokens=a.target_tokens, seed=a.seed, evictors=a.evictors, margin=a.margin, rounds=a.rounds,
+                max_tokens=a.max_tokens, gpu_hit_tolerance=a.gpu_hit_tolerance, request_timeout_s=a.request_timeout)
+    client = ServingClient(a.url or spec.url, None if a.url else a.served_name, timeout_s=a.request_timeout)
+    harness = Harness(client, writer, a.setup, plan, static, progress=not a.no_progress)
+    try:
+        if not a.url:
+            server = harness.server = VllmServer(spec, writer.dir / "server.log")
+            server.start()
+            print(f"starting vllm serve (log: {server.log_path})", file=sys.stderr)
+            try:
+                static["server"]["health_wait_s"] = round(server.wait_healthy(a.health_timeout), 1)
+            except (ServerDied, KeyboardInterrupt) as e:
+                harness.fail_before_start("server start", str(e) or "interrupted (Ctrl-C)")
+                raise
+        meta = harness.run()
+    except (HarnessFailed, ServerDied, RequestFailed) as e:
+        print(f"error: {e}\nrecords so far are in {writer.dir}; rerun with --run-id {run_id} to resume", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"interrupted; records so far are in {writer.dir}; rerun with --run-id {run_id} to resume", file=sys.stderr)
+        return 130
+    finally:
+        if server is not None:
+            server.stop()
+        if a.pin:
+            _pin(writer.dir)
+    print(f"{writer.dir}: {meta['status']}" + (" (excluded: " + meta["exclusion_reason"] + ")" if meta.get("excluded") else "")
+          + (" (NOT EVICTED: the restore found its prefix in GPU memory)" if meta.get("not_evicted") else ""))
+    return 0
+
+
+def _pin(run_dir: Path) -> None:
+    from .manifest import add_entries
+
+    files = sorted(p for p in run_dir.rglob("*") if p.is_file())
+    add_entries(files, "measured", f"eviction-test records of {run_dir.parent.name}/{run_dir.name} (kvtier-harness)")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (PreflightError, RawRecordError, ManifestError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

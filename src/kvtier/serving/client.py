@@ -1,0 +1,140 @@
+"""HTTP client for an OpenAI-compatible vLLM server: streaming with client-side TTFT.
+
+TTFT is taken on the client, from sending the request to the first streamed chunk whose
+delta carries non-empty text; the first byte and the first chunk are kept too, because a
+model that emits only empty or special tokens never produces visible text.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+
+
+class RequestFailed(RuntimeError):
+    """The server did not answer usefully: connection refused or dropped, 5xx, or a timeout."""
+
+
+@dataclass
+class StreamResult:
+    ttft_s: float | None          # first non-empty text
+    first_chunk_s: float | None   # first SSE chunk with a choice (the role chunk in chat)
+    first_byte_s: float | None    # first byte of the response body
+    total_s: float
+    text: str
+    finish_reason: str | None
+    usage: dict[str, Any] = field(default_factory=dict)
+    http_status: int = 200
+
+    def as_record(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class ServingClient:
+    """One server; `model` defaults to the first id that /v1/models lists."""
+
+    def __init__(self, base_url: str, model: str | None = None, timeout_s: float = 600.0, connect_timeout_s: float = 10.0,
+                 transport: httpx.BaseTransport | None = None):
+        self.base_url = base_url.rstrip("/")
+        self.timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
+        self.http = httpx.Client(base_url=self.base_url, timeout=self.timeout, transport=transport)
+        self._model = model
+
+    def close(self) -> None:
+        self.http.close()
+
+    def __enter__(self) -> "ServingClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            r = self.http.request(method, path, **kw)
+        except httpx.TimeoutException as e:
+            raise RequestFailed(f"{method} {path}: timed out ({type(e).__name__})") from None
+        except httpx.TransportError as e:
+            raise RequestFailed(f"{method} {path}: {type(e).__name__}: {e}") from None
+        if r.status_code >= 400:
+            raise RequestFailed(f"{method} {path}: HTTP {r.status_code}: {r.text[:300]}")
+        return r
+
+    @property
+    def model(self) -> str:
+        if self._model is None:
+            data = self._call("GET", "/v1/models").json()["data"]
+            if not data:
+                raise RequestFailed("GET /v1/models: the server lists no model")
+            self._model = data[0]["id"]
+        return self._model
+
+    def healthy(self) -> bool:
+        try:
+            return self.http.get("/health", timeout=5.0).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def metrics_text(self) -> str:
+        return self._call("GET", "/metrics").text
+
+    def tokenize(self, messages: list[dict[str, str]] | None = None, prompt: str | None = None) -> int:
+        """Prompt length in the server's own tokens (chat template applied for messages)."""
+        body: dict[str, Any] = {"model": self.model}
+        if messages is not None:
+            body.update(messages=messages, add_generation_prompt=True)
+        else:
+            body["prompt"] = prompt
+        return int(self._call("POST", "/tokenize", json=body).json()["count"])
+
+    def stream_chat(self, messages: list[dict[str, str]], max_tokens: int, **extra: Any) -> StreamResult:
+        body = {"model": self.model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0,
+                "stream": True, "stream_options": {"include_usage": True}, **extra}
+        return self._stream("/v1/chat/completions", body, chat=True)
+
+    def stream_completion(self, prompt: str, max_tokens: int, **extra: Any) -> StreamResult:
+        body = {"model": self.model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
+                "stream": True, "stream_options": {"include_usage": True}, **extra}
+        return self._stream("/v1/completions", body, chat=False)
+
+    def _stream(self, path: str, body: dict[str, Any], chat: bool) -> StreamResult:
+        t0 = time.perf_counter()
+        first_byte = first_chunk = ttft = None
+        parts: list[str] = []
+        usage: dict[str, Any] = {}
+        finish = None
+        try:
+            with self.http.stream("POST", path, json=body) as r:
+                if r.status_code >= 400:
+                    r.read()
+                    raise RequestFailed(f"POST {path}: HTTP {r.status_code}: {r.text[:300]}")
+                for line in r.iter_lines():
+                    now = time.perf_counter() - t0
+                    if first_byte is None:
+                        first_byte = now
+                    if not line.startswith("data:"):
+                        continue
+                    payload = line[5:].strip()
+                    if payload == "[DONE]":
+                        break
+                    chunk = json.loads(payload)
+                    if chunk.get("usage"):
+                        usage = chunk["usage"]
+                    for choice in chunk.get("choices", []):
+                        if first_chunk is None:
+                            first_chunk = now
+                        text = (choice.get("delta") or {}).get("content") if chat else choice.get("text")
+                        if text:
+                            if ttft is None:
+                                ttft = now
+                            parts.append(text)
+                        finish = choice.get("finish_reason") or finish
+        except httpx.TimeoutException as e:
+            raise RequestFailed(f"POST {path}: timed out after {time.perf_counter() - t0:.1f} s ({type(e).__name__})") from None
+        except httpx.TransportError as e:
+            raise RequestFailed(f"POST {path}: connection lost after {time.perf_counter() - t0:.1f} s ({type(e).__name__}: {e})") from None
+        return StreamResult(ttft, first_chunk, first_byte, time.perf_counter() - t0, "".join(parts), finish, usage)

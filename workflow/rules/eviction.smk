@@ -1,0 +1,86 @@
+# The eviction test (note: Setup, Table 1, Figure 1a, appendix self-test).
+#   default target: pinned records under raw/eviction -> numbers, Table 1, Figure 1a
+#   opt-in:         eviction_<setup> launches vLLM on a GPU host and runs the test (kvtier-harness)
+from kvtier.eviction import workflow as evict_wf
+
+EVICT = config["experiments"]["eviction"]
+EVICT_RECORDS = evict_wf.pinned_records(MANIFEST, EVICT["records"])
+EVICT_RUN_ID = evict_wf.run_id(EVICT["run_id"])
+
+NUMBERS.append("results/numbers/evict.json")
+FIGURES["fig1a"] = "figures/fig1a.svg"
+EXTRA_TARGETS.extend(["results/tables/table1.csv", "results/tables/table1.md"])
+
+
+rule eviction_numbers:
+    message:
+        "Eviction test: {params.n_files} pinned record files -> evict.* numbers and Table 1"
+    input:
+        records=EVICT_RECORDS,
+        run_schema="workflow/schemas/eviction-run.schema.yaml",
+        request_schema="workflow/schemas/eviction-request.schema.yaml",
+        manifest=MANIFEST,
+    output:
+        numbers="results/numbers/evict.json",
+        requests="results/tidy/eviction_requests.csv",
+        runs="results/tidy/eviction_runs.csv",
+        table_csv="results/tables/table1.csv",
+        table_md="results/tables/table1.md",
+    params:
+        table_setups=EVICT["table_setups"],
+        selftest_setup=EVICT["selftest_setup"],
+        n_files=len(EVICT_RECORDS),
+    log:
+        "logs/eviction_numbers.log",
+    conda:
+        ANALYSIS_ENV
+    script:
+        "../scripts/eviction_numbers.py"
+
+
+rule eviction_fig1a:
+    message:
+        "Figure 1a: time to first token read cold, hit, and restored after eviction"
+    input:
+        table="results/tables/table1.csv",
+    output:
+        svg="figures/fig1a.svg",
+    log:
+        "logs/eviction_fig1a.log",
+    conda:
+        ANALYSIS_ENV
+    script:
+        "../scripts/eviction_fig1a.py"
+
+
+rule eviction_run:
+    message:
+        "Eviction test on setup {wildcards.setup}: launch vLLM, run cold/hit/evict/restore, pin the records (run {wildcards.run})"
+    input:
+        lambda wc: evict_wf.opt_in(EVICT, wc.setup),
+    output:
+        done=touch("results/experiments/eviction_{setup}_{run}.done"),
+    params:
+        args=lambda wc: evict_wf.harness_args(EVICT, wc.setup),
+        out=EVICT["records"],
+    resources:
+        gpu=1,
+    log:
+        "logs/eviction_run_{setup}_{run}.log",
+    conda:
+        "../../envs/vllm-gpu.yaml"
+    shell:
+        "PYTHONPATH=src python -m kvtier.harness run --setup {wildcards.setup} --run-id {wildcards.run} "
+        "--out {params.out} {params.args} --pin --no-progress > {log} 2>&1"
+
+
+for _setup in EVICT["setups"]:
+
+    rule:
+        name:
+            f"eviction_{_setup}"
+        message:
+            f"Eviction test of setup {_setup} done; run snakemake again to rebuild the note from the new records"
+        input:
+            f"results/experiments/eviction_{_setup}_{EVICT_RUN_ID}.done",
+        localrule: True

@@ -1,0 +1,24 @@
+"""Rule eviction_numbers: pinned eviction-test records -> evict.* numbers, tidy tables, Table 1."""
+from pathlib import Path
+
+from kvtier.eviction import analysis
+from kvtier.eviction.records import find_runs
+from kvtier.numbers import atomic_write_text
+from kvtier.provenance import write_sidecar
+from kvtier.snake import begin, numbers_writer
+
+smk = snakemake  # noqa: F821 (injected by Snakemake)
+log = begin(smk)
+records = list(smk.input.records)
+runs_dirs = find_runs(records)
+log.info("%d run directories", len(runs_dirs))
+requests, runs = analysis.load(runs_dirs, Path(smk.input.run_schema), Path(smk.input.request_schema))
+writer = numbers_writer(smk, "evict")
+table = analysis.register_numbers(writer, requests, runs, list(smk.params.table_setups), smk.params.selftest_setup)
+for path, frame in ((smk.output.requests, requests), (smk.output.runs, runs), (smk.output.table_csv, table)):
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(path, index=False)
+    write_sidecar(path, smk.rule, records)
+atomic_write_text(smk.output.table_md, analysis.table1_markdown(table))
+writer.write(smk.output.numbers)
+log.info("wrote %d numbers; Table 1 from runs %s", len(writer.numbers), ", ".join(table.run))
