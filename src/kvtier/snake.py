@@ -41,6 +41,6 @@ def begin(snakemake: Any) -> logging.Logger:
 
 
 def numbers_writer(snakemake: Any, topic: str) -> NumbersWriter:
-    """A writer stamped with the rule and its inputs (the manifest itself excluded)."""
-    inputs = [p for p in _paths(snakemake.input) if not p.endswith("MANIFEST.tsv")]
+    """A writer stamped with the rule and its data inputs (the manifest and code excluded)."""
+    inputs = [p for p in _paths(snakemake.input) if not p.endswith(("MANIFEST.tsv", ".py"))]
     return NumbersWriter(topic=topic, rule=snakemake.rule, inputs=inputs)

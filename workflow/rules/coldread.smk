@@ -8,6 +8,7 @@ rule coldread_numbers:
     message:
         "Cold-read model: the four timed reads and their date"
     input:
+        code=PACKAGE_CODE,
         table=config["coldread"]["table"],
         host=config["coldread"]["host"],
         manifest=MANIFEST,
@@ -17,6 +18,8 @@ rule coldread_numbers:
         above_last=config["coldread"]["above_last"],
     log:
         "logs/coldread_numbers.log",
+    benchmark:
+        "results/benchmarks/coldread_numbers.tsv"
     conda:
         ANALYSIS_ENV
     script:

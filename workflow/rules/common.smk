@@ -11,6 +11,9 @@ FIGURES: dict[str, str] = {}
 EXTRA_TARGETS: list[str] = []
 ANALYSIS_ENV = "../../envs/analysis.yaml"
 MANIFEST = config["manifest"]
+# Every rule depends on the package's code, so a change in an analysis reruns what it feeds
+# (Snakemake itself only tracks the rule's own script).
+PACKAGE_CODE = sorted(str(p) for p in Path("src/kvtier").rglob("*.py"))
 
 
 def numbers_files(wildcards):

@@ -16,6 +16,7 @@ rule eviction_numbers:
     message:
         "Eviction test: {params.n_files} pinned record files -> evict.* numbers and Table 1"
     input:
+        code=PACKAGE_CODE,
         records=EVICT_RECORDS,
         run_schema="workflow/schemas/eviction-run.schema.yaml",
         request_schema="workflow/schemas/eviction-request.schema.yaml",
@@ -32,6 +33,8 @@ rule eviction_numbers:
         n_files=len(EVICT_RECORDS),
     log:
         "logs/eviction_numbers.log",
+    benchmark:
+        "results/benchmarks/eviction_numbers.tsv"
     conda:
         ANALYSIS_ENV
     script:
@@ -42,11 +45,14 @@ rule eviction_fig1a:
     message:
         "Figure 1a: time to first token read cold, hit, and restored after eviction"
     input:
+        code=PACKAGE_CODE,
         table="results/tables/table1.csv",
     output:
         svg="figures/fig1a.svg",
     log:
         "logs/eviction_fig1a.log",
+    benchmark:
+        "results/benchmarks/eviction_fig1a.tsv"
     conda:
         ANALYSIS_ENV
     script:
@@ -67,6 +73,8 @@ rule eviction_run:
         gpu=1,
     log:
         "logs/eviction_run_{setup}_{run}.log",
+    benchmark:
+        "results/benchmarks/eviction_run_{setup}_{run}.tsv"
     conda:
         "../../envs/vllm-gpu.yaml"
     shell:

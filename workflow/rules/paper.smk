@@ -7,12 +7,15 @@ rule provenance:
     message:
         "Provenance ledger: every number -> rule, script, raw inputs with sha256, commit"
     input:
+        code=PACKAGE_CODE,
         numbers=numbers_files,
         manifest=MANIFEST,
     output:
         ledger="results/provenance.json",
     log:
         "logs/provenance.log",
+    benchmark:
+        "results/benchmarks/provenance.tsv"
     conda:
         ANALYSIS_ENV
     script:
@@ -24,6 +27,7 @@ rule render_note:
         "Render the note from paper/templates into paper/note.md and paper/note.html"
     input:
         unpack(figure_files),
+        code=PACKAGE_CODE,
         numbers=numbers_files,
         ledger="results/provenance.json",
         manifest=MANIFEST,
@@ -37,6 +41,8 @@ rule render_note:
         title="A Host-RAM Tier for the KV Cache",
     log:
         "logs/render_note.log",
+    benchmark:
+        "results/benchmarks/render_note.tsv"
     conda:
         ANALYSIS_ENV
     script:
@@ -47,6 +53,7 @@ rule claims_report:
     message:
         "Check every published number against the recomputed registry"
     input:
+        code=PACKAGE_CODE,
         numbers=numbers_files,
         claims=config["claims"],
     output:
@@ -54,6 +61,8 @@ rule claims_report:
         csv="results/claims.csv",
     log:
         "logs/claims_report.log",
+    benchmark:
+        "results/benchmarks/claims_report.tsv"
     conda:
         ANALYSIS_ENV
     script:
@@ -64,11 +73,14 @@ rule claims:
     message:
         "Fail if any published number is not reproduced (see results/claims.md)"
     input:
+        code=PACKAGE_CODE,
         csv="results/claims.csv",
     output:
         ok="results/claims.passed",
     log:
         "logs/claims.log",
+    benchmark:
+        "results/benchmarks/claims.tsv"
     conda:
         ANALYSIS_ENV
     script:
@@ -79,6 +91,7 @@ rule note_pdf:
     message:
         "Print paper/note.html to PDF with headless Chromium"
     input:
+        code=PACKAGE_CODE,
         html="paper/note.html",
     output:
         pdf="paper/note.pdf",
@@ -86,6 +99,8 @@ rule note_pdf:
         chromium=config.get("chromium", "chromium"),
     log:
         "logs/note_pdf.log",
+    benchmark:
+        "results/benchmarks/note_pdf.tsv"
     conda:
         ANALYSIS_ENV
     script:

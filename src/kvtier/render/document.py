@@ -81,7 +81,7 @@ def render_document(
     return hr.used
 
 
-RESERVED_INPUTS = {"numbers", "ledger", "manifest", "template_files"}
+RESERVED_INPUTS = {"numbers", "ledger", "manifest", "template_files", "code"}
 
 
 def render_from_snakemake(smk: Any, templates: str = "paper/templates", page_template: str = "page.html.j2") -> dict[str, str]:

@@ -1,0 +1,120 @@
+"""The counterfactual rules' bodies: fit the workload, sweep pool sizes and policies, summarise."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from ..coldread import ColdReadModel
+from ..numbers import NumbersWriter, atomic_write_text
+from ..workloads import Workload
+from ..workloads.synthetic import AgenticParams, Targets, build, peak_in_service
+from .replay import Config, gpu_only_curve, replay, summarise
+
+
+def hour_weights(server_log: str | Path, host_yaml: str | Path) -> np.ndarray:
+    """Prompt tokens computed per clock hour of the period, from the ten-second reports.
+
+    Sessions of the synthetic workload start in proportion to them, so quiet hours stay quiet.
+    """
+    from ..production.vllmlog import read_server_log
+
+    host = yaml.safe_load(Path(host_yaml).read_text(encoding="utf-8"))
+    start = pd.Timestamp(host["observation"]["start"])
+    end = pd.Timestamp(host["observation"]["end"])
+    log = read_server_log(server_log, int(host["observation"].get("log_year", start.year)))
+    st = log.stats
+    times = pd.to_datetime(st["time"])
+    if times.dt.tz is None and start.tz is not None:
+        times = times.dt.tz_localize(start.tz)
+    hour = ((times - start.floor("h")) // pd.Timedelta(hours=1)).to_numpy()
+    n = int(np.ceil((end - start.floor("h")) / pd.Timedelta(hours=1)))
+    tokens = (st["prompt_tps"].to_numpy() + st["gen_tps"].to_numpy()) * 10.0
+    w = np.bincount(hour[(hour >= 0) & (hour < n)], weights=tokens[(hour >= 0) & (hour < n)], minlength=n)
+    if w.sum() <= 0:
+        raise ValueError(f"{server_log}: no traffic in the ten-second reports inside the observation period")
+    return w
+
+
+def workload_from_fit(fit: dict[str, Any], model: ColdReadModel) -> Workload:
+    """Rebuild the fitted workload (deterministic: the fit record holds every input of `build`)."""
+    return build(Targets(**fit["targets"]), AgenticParams(**fit["params"]), model, np.asarray(fit["hour_weights"]),
+                 int(fit["block_tokens"]), int(fit["seed"]))
+
+
+def sweep(w: Workload, model: ColdReadModel, gpu_tokens: int, pool_ratios: list[float], gpu_ratios: list[float],
+          op_pool_blocks: int, policy: str) -> pd.DataFrame:
+    """Pool sizes (as multiples of the GPU pool, the operating point included) at the note's GPU
+    size; and, for the server's own policy (write-through), GPU sizes at the note's pool size.
+    One replay per row."""
+    rows = []
+    pool_sizes = sorted({int(round(r * gpu_tokens / w.block_tokens)) for r in pool_ratios} | {op_pool_blocks})
+    for blocks in pool_sizes:
+        cfg = Config(gpu_tokens, blocks if blocks > 0 else None, policy)
+        rows.append({"vary": "pool", "policy": policy, "gpu_tokens": gpu_tokens, "pool_blocks": blocks,
+                     "pool_tokens": blocks * w.block_tokens, **summarise(replay(w, cfg), model)})
+    for r in gpu_ratios if policy == "write_through" else ():
+        g = int(round(r * gpu_tokens))
+        cfg = Config(g, op_pool_blocks, policy)
+        rows.append({"vary": "gpu", "policy": policy, "gpu_tokens": g, "pool_blocks": op_pool_blocks,
+                     "pool_tokens": op_pool_blocks * w.block_tokens, **summarise(replay(w, cfg), model)})
+    return pd.DataFrame(rows)
+
+
+def write_json(path: str | Path, data: dict) -> None:
+    atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
+
+
+def register(writer: NumbersWriter, fit: dict, sweeps: pd.DataFrame, curve: pd.DataFrame, w: Workload,
+             model: ColdReadModel, gpu_tokens: int, op_pool_blocks: int) -> None:
+    """The appendix's numbers: the model, its fit, the operating point and the sweep's landmarks."""
+    p, f, t = fit["params"], fit["fit"], fit["targets"]
+    add = writer.add
+    add("cf.model.first_prompt_median", p["first_prompt_median"], "tokens")
+    add("cf.model.first_prompt_sigma", p["first_prompt_sigma"], "count")
+    add("cf.model.growth_median", p["growth_median"], "tokens")
+    add("cf.model.turns_mean", p["turns_mean"], "count")
+    add("cf.model.think_median", p["think_median_s"], "s")
+    add("cf.model.think_sigma", p["think_sigma"], "count")
+    add("cf.model.reusable_share", fit["reusable"], "fraction", note="assumed: share an unbounded cache could serve")
+    add("cf.model.requests", len(w.requests), "requests")
+    add("cf.model.lookups", w.lookups(), "count")
+    add("cf.fit.mean_prompt", f["mean_prompt"], "tokens")
+    add("cf.fit.share_above_200k", f["share_above_200k"], "fraction")
+    add("cf.fit.share_above_500k", f["share_above_500k"], "fraction")
+    add("cf.fit.gpu_share", f["gpu_share"], "fraction")
+    add("cf.target.mean_prompt", t["mean_prompt"], "tokens")
+    add("cf.target.share_above_200k", t["share_above_200k"], "fraction")
+    add("cf.target.share_above_500k", t["share_above_500k"], "fraction")
+    add("cf.target.max_running", t["max_running"], "requests")
+    op = sweeps[(sweeps["vary"] == "pool") & (sweeps["pool_blocks"] == op_pool_blocks)].set_index("policy")
+    wt, soe = op.loc["write_through"], op.loc["store_on_evict"]
+    for k in ("share_gpu", "share_pool", "share_computed", "pool_share_of_misses"):
+        add(f"cf.op.{k}", wt[k], "fraction")
+        add(f"cf.op_store_on_evict.{k}", soe[k], "fraction")
+    add("cf.op.restores", wt["restores"], "count")
+    add("cf.op.restores_per_traffic_hour", wt["restores_per_traffic_hour"], "count")
+    add("cf.op.prefill_saved", wt["prefill_saved_s"], "s")
+    add("cf.op_store_on_evict.prefill_saved", soe["prefill_saved_s"], "s")
+    per_req = replay(w, Config(gpu_tokens, op_pool_blocks, "write_through"))
+    add("cf.op.peak_in_service", peak_in_service(w.times, per_req["computed"].to_numpy(), w.output_tokens, model,
+                                                p["decode_tokens_per_s"]), "requests")
+    pools = sweeps[(sweeps["vary"] == "pool") & (sweeps["policy"] == "write_through")].set_index("pool_blocks")
+    largest = int(pools.index.max())
+    add("cf.sweep.largest_pool_ratio", largest * w.block_tokens / gpu_tokens, "x")
+    add("cf.sweep.largest_pool.pool_share_of_misses", pools.loc[largest, "pool_share_of_misses"], "fraction")
+    add("cf.sweep.largest_pool.share_computed", pools.loc[largest, "share_computed"], "fraction")
+    add("cf.sweep.largest_pool.prefill_saved", pools.loc[largest, "prefill_saved_s"], "s")
+    add("cf.sweep.no_pool.share_computed", pools.loc[0, "share_computed"] if 0 in pools.index else np.nan, "fraction")
+    add("cf.sweep.pool_sizes", len(pools), "count")
+    add("cf.gpu.half.share_gpu", float(np.interp(0.5 * gpu_tokens, curve["gpu_tokens"], curve["share_gpu"])), "fraction")
+    add("cf.gpu.double.share_gpu", float(np.interp(2.0 * gpu_tokens, curve["gpu_tokens"], curve["share_gpu"])), "fraction")
+    add("cf.gpu.op.share_gpu", float(np.interp(gpu_tokens, curve["gpu_tokens"], curve["share_gpu"])), "fraction")
+
+
+__all__ = ["gpu_only_curve", "hour_weights", "register", "sweep", "workload_from_fit", "write_json"]

@@ -1,0 +1,165 @@
+"""The cyclic-access experiment against live servers: ten documents, three passes, concurrency 1.
+
+For each setup (vLLM alone, vLLM with LMCache) a server is launched with the KV cache sized
+as in the lab, the documents are read first in order, then in the same order again, then in
+reverse; after the last pass one short check prompt of unique text confirms the server still
+answers. /metrics is scraped before the first pass and after each. The run is written in the layout kvtier.lab.records
+reads (and kvtier.replica.lab imitates):
+
+    python -m kvtier.lab.cyclic --out raw/lab/cyclic-live --setups vllm,lmcache \
+        --model Qwen/Qwen2.5-1.5B-Instruct --gpu-cache-tokens 21520 --pin
+
+The server launcher and the streaming client are the shared ones in kvtier.serving.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import random
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import yaml
+from tqdm import tqdm
+
+from ..serving import ServerSpec, ServingClient, VllmServer
+from . import PASSES
+
+REQUEST_COLUMNS = ["setup", "pass", "phase", "order", "doc", "prompt_tokens", "cached_tokens", "start_s", "ttft_ms",
+                   "e2e_ms", "output_tokens"]
+
+
+@dataclass
+class CyclicPlan:
+    docs: int = 10
+    doc_words: int = 2500           # words of random text per document
+    check_words: int = 40
+    max_tokens: int = 16
+    seed: int = 0
+    setups: list[str] = field(default_factory=lambda: ["vllm", "lmcache"])
+
+
+def documents(plan: CyclicPlan) -> list[str]:
+    """Synthetic documents of random words; each opens with its own words, so none shares a prefix block."""
+    rng = random.Random(plan.seed)
+    vocab = [f"{w}{i}" for w in ("alpha", "bravo", "delta", "echo", "kilo", "lima", "oscar", "tango") for i in range(100)]
+    return [f"Document {d}. " + " ".join(rng.choice(vocab) for _ in range(plan.doc_words)) for d in range(plan.docs)]
+
+
+def check_text(plan: CyclicPlan) -> str:
+    """A prompt that shares no block with any document; sent once, after the last pass."""
+    rng = random.Random(plan.seed * 1000 + 7919)
+    return "Check: " + " ".join(f"w{rng.randrange(10**6)}" for _ in range(plan.check_words))
+
+
+def run_passes(client: ServingClient, setup: str, plan: CyclicPlan, docs: list[str], metrics_dir: Path,
+               progress: bool = True) -> list[dict]:
+    """Three passes against one live server; snapshots /metrics before the first and after each."""
+    metrics_dir.mkdir(parents=True, exist_ok=True)
+    (metrics_dir / "0_start.prom").write_text(client.metrics_text(), encoding="utf-8")
+    rows: list[dict] = []
+    t0 = time.perf_counter()
+    bar = tqdm(total=len(PASSES) * plan.docs + 1, desc=setup, disable=not progress)
+    for k, p in enumerate(PASSES, 1):
+        order = list(range(plan.docs)) if p != "reverse" else list(range(plan.docs - 1, -1, -1))
+        sends = [("doc", i, d, docs[d]) for i, d in enumerate(order, 1)]
+        if k == len(PASSES):
+            sends.append(("check", plan.docs + 1, None, check_text(plan)))
+        for phase, i, d, text in sends:
+            start = time.perf_counter() - t0
+            r = client.stream_completion(text, plan.max_tokens, ignore_eos=True)
+            usage = r.usage or {}
+            rows.append({
+                "setup": setup, "pass": p, "phase": phase, "order": i, "doc": "" if d is None else d,
+                "prompt_tokens": int(usage.get("prompt_tokens", 0)),
+                "cached_tokens": int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0),
+                "start_s": f"{start:.4f}", "ttft_ms": f"{1000 * (r.ttft_s if r.ttft_s is not None else r.total_s):.2f}",
+                "e2e_ms": f"{1000 * r.total_s:.2f}", "output_tokens": int(usage.get("completion_tokens", 0)),
+            })
+            bar.update()
+        (metrics_dir / f"{k}_{p}.prom").write_text(client.metrics_text(), encoding="utf-8")
+    bar.close()
+    return rows
+
+
+def write_run(out: Path, plan: CyclicPlan, specs: dict[str, ServerSpec], rows: list[dict], extra: dict | None = None) -> None:
+    run = {
+        "record": "lab cyclic-access measurement", "class": "measured", "generator": "kvtier.lab.cyclic",
+        "model": next(iter(specs.values())).model,
+        "documents": {"count": plan.docs, "tokens": _doc_tokens(rows), "words": plan.doc_words, "seed": plan.seed,
+                      "text": "synthetic, random words"},
+        "passes": list(PASSES), "concurrency": 1, "max_tokens": plan.max_tokens,
+        "setups": {s: {"args": spec.command()[3:], "env": {k: v for k, v in spec.environment().items() if k.startswith("LMCACHE_")}}
+                   for s, spec in specs.items()},
+        **(extra or {}),
+    }
+    (out / "run.yaml").write_text(yaml.safe_dump(run, sort_keys=False), encoding="utf-8")
+    with open(out / "requests.csv", "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, REQUEST_COLUMNS, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _doc_tokens(rows: list[dict]) -> int | list[int]:
+    lengths = sorted({r["prompt_tokens"] for r in rows if r["phase"] == "doc"})
+    return lengths[0] if len(lengths) == 1 else lengths
+
+
+def run(out: str | Path, plan: CyclicPlan, spec_for: Callable[[str], ServerSpec], progress: bool = True,
+        health_timeout_s: float = 900.0) -> list[Path]:
+    """Launch each setup's server in turn, run the passes, stop it; returns the files written."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    docs = documents(plan)
+    rows: list[dict] = []
+    specs = {s: spec_for(s) for s in plan.setups}
+    for setup, spec in specs.items():
+        log = out / setup / "server.log"
+        if log.exists():
+            log.unlink()
+        with VllmServer(spec, log) as server:
+            server.wait_healthy(health_timeout_s)
+            with ServingClient(server.url, spec.served_name) as client:
+                rows += run_passes(client, setup, plan, docs, out / setup / "metrics", progress)
+    write_run(out, plan, specs, rows)
+    return sorted(p for p in out.rglob("*") if p.is_file())
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description="Cyclic-access experiment against live vLLM servers")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--setups", default="vllm,lmcache")
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--served-name", default="lab")
+    ap.add_argument("--gpu-cache-tokens", type=int, default=21520, help="KV cache size to give the server (tokens)")
+    ap.add_argument("--kv-bytes-per-token", type=int, default=28672, help="to size --kv-cache-memory-bytes")
+    ap.add_argument("--lmcache-gib", type=float, default=1.5)
+    ap.add_argument("--max-model-len", type=int, default=8192)
+    ap.add_argument("--docs", type=int, default=10)
+    ap.add_argument("--doc-words", type=int, default=2500)
+    ap.add_argument("--port", type=int, default=8031)
+    ap.add_argument("--vllm-bin", default=shutil.which("vllm") or "vllm")
+    ap.add_argument("--pin", action="store_true", help="pin the written files in raw/MANIFEST.tsv as measured")
+    args = ap.parse_args(argv)
+    plan = CyclicPlan(docs=args.docs, doc_words=args.doc_words, setups=args.setups.split(","))
+
+    def spec_for(setup: str) -> ServerSpec:
+        return ServerSpec(model=args.model, served_name=args.served_name, tier="none" if setup == "vllm" else "lmcache",
+                          offload_gib=args.lmcache_gib if setup == "lmcache" else 0.0, port=args.port,
+                          vllm_bin=args.vllm_bin, max_model_len=args.max_model_len,
+                          extra_args=["--kv-cache-memory-bytes", str(args.gpu_cache_tokens * args.kv_bytes_per_token)])
+
+    files = run(args.out, plan, spec_for)
+    if args.pin:
+        from ..manifest import add_entries
+        add_entries(files, "measured", f"Lab cyclic-access run recorded by kvtier.lab.cyclic ({', '.join(plan.setups)})")
+    print(f"wrote {len(files)} files under {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

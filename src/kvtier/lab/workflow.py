@@ -1,0 +1,13 @@
+"""Helpers for workflow/rules/lab.smk (kept here so the rule file holds rules only)."""
+
+from __future__ import annotations
+
+
+def live_opt_in(lab_config: dict) -> list[str]:
+    """Input of the opt-in live rule: nothing, or a clear refusal when it was not switched on."""
+    if not lab_config["live"]["activate"]:
+        raise ValueError(
+            "lab_cyclic launches vLLM servers and writes raw/; enable it with "
+            "--config 'lab={\"live\": {\"activate\": true}}' (see config/config.yaml, lab.live)"
+        )
+    return []

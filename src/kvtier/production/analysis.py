@@ -1,0 +1,272 @@
+"""The note's production analysis, one function per step (each unit-tested on its own).
+
+Inputs are the parsed records (promtext.Snapshot, vllmlog.ServerLog, host metadata); outputs
+are plain dicts of values in base units (tokens, bytes, seconds, fractions) that the script
+registers as `prod.*` numbers, plus the per-restore table behind Figure 1b.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..coldread import ColdReadModel
+from ..errors import RawRecordError
+from .promtext import Snapshot
+from .vllmlog import ServerLog
+
+GIB = 2.0**30
+
+
+# ---------------------------------------------------------------- server facts
+
+@dataclass(frozen=True)
+class PoolGeometry:
+    """The offload pool as the server configured it: what a block is in tokens and bytes."""
+
+    block_tokens: int
+    bytes_per_block: int
+    blocks: int
+
+    @property
+    def bytes_per_token(self) -> float:
+        return self.bytes_per_block / self.block_tokens
+
+    @property
+    def tokens(self) -> int:
+        return self.blocks * self.block_tokens
+
+    @property
+    def bytes(self) -> int:
+        return self.blocks * self.bytes_per_block
+
+
+def pool_geometry(snap: Snapshot, log: ServerLog) -> PoolGeometry:
+    """From vllm:kv_offload_config_info (chunks, bytes, tokens), checked against the connector's
+    block_size in the startup args and the size in the 'Created mmap file' line."""
+    rows = snap.select("vllm:kv_offload_config_info")
+    if rows.empty:
+        raise RawRecordError(snap.path, "missing vllm:kv_offload_config_info (vLLM 0.33 exports the pool geometry)")
+    info = dict(rows["labels"].iloc[0])
+    line = int(rows["line"].iloc[0])
+    try:
+        chunks = int(info["cpu_num_chunks"])
+        per_chunk = int(info.get("cpu_blocks_per_chunk", "1"))
+        size = int(info["cpu_kv_cache_size_bytes"])
+        tokens = int(info["cpu_kv_cache_size_tokens"])
+    except (KeyError, ValueError) as e:
+        raise RawRecordError(snap.path, f"vllm:kv_offload_config_info lacks a usable label ({e})", line=line) from None
+    if chunks <= 0 or size % chunks or tokens % chunks:
+        raise RawRecordError(snap.path, "pool size is not a whole number of chunks", line=line)
+    block_tokens = tokens // chunks
+    facts = log.facts()
+    conf = (facts.get("args", {}).get("kv_transfer_config") or {}).get("kv_connector_extra_config", {})
+    if "block_size" in conf and int(conf["block_size"]) * per_chunk != block_tokens:
+        raise RawRecordError(log.path, f"connector block_size {conf['block_size']} disagrees with the pool's "
+                                       f"{block_tokens} tokens per chunk in {snap.path}", line=log.segments[-1].first_line)
+    if "mmap_gb" in facts and abs(facts["mmap_gb"] - size / 1e9) > 0.006:
+        raise RawRecordError(log.path, f"mmap file of {facts['mmap_gb']} GB but the pool is {size / 1e9:.2f} GB")
+    return PoolGeometry(block_tokens, size // chunks, chunks)
+
+
+def server_facts(log: ServerLog) -> dict[str, float]:
+    """Startup facts: context length, GPU KV pool (tokens, bytes), model memory."""
+    f = log.facts()
+    need = {"kv_cache_tokens": "'KV cache size: N tokens'", "kv_cache_gib": "'Available KV cache memory'",
+            "model_gib": "'Model loading took'"}
+    for k, what in need.items():
+        if k not in f:
+            raise RawRecordError(log.path, f"no {what} startup line")
+    max_len = f.get("max_model_len", f.get("args", {}).get("max_model_len"))
+    if max_len is None:
+        raise RawRecordError(log.path, "no max_model_len in the startup lines")
+    return {"context_tokens": int(max_len), "gpu_pool_tokens": int(f["kv_cache_tokens"]),
+            "gpu_pool_bytes": f["kv_cache_gib"] * GIB, "weights_bytes": f["model_gib"] * GIB,
+            "gpu_pool_context_windows": int(f["kv_cache_tokens"] // int(max_len))}
+
+
+# ---------------------------------------------------------------- counters
+
+def token_sources(snap: Snapshot) -> dict[str, float]:
+    """Where prompt tokens came from, and the pool's share of what the GPU cache missed."""
+    by = snap.by_label("vllm:prompt_tokens_by_source_total", "source")
+    prompt = float(snap.value("vllm:prompt_tokens_total"))
+    gpu, pool, computed = (float(by[k]) for k in ("local_cache_hit", "external_kv_transfer", "local_compute"))
+    missed = pool + computed
+    return {"prompt": prompt, "gpu": gpu, "pool": pool, "computed": computed, "missed": missed,
+            "share_gpu": gpu / prompt, "share_pool": pool / prompt, "share_computed": computed / prompt,
+            "pool_share_of_misses": pool / missed if missed else math.nan}
+
+
+def request_stats(snap: Snapshot, edges: tuple[float, float]) -> dict[str, float]:
+    """Finished requests (all finish reasons), their mean prompt, and the shares above two sizes."""
+    requests = float(snap.select("vllm:request_success_total")["value"].sum())
+    h = snap.histogram("vllm:request_prompt_tokens")
+    return {"requests": requests, "mean_prompt": h.sum / h.count,
+            "share_above_low": 1 - h.at(edges[0]) / h.count, "share_above_high": 1 - h.at(edges[1]) / h.count}
+
+
+def ttft_shares(snap: Snapshot, fast_s: float, slow_s: float) -> dict[str, float]:
+    h = snap.histogram("vllm:time_to_first_token_seconds")
+    return {"share_under_fast": h.at(fast_s) / h.count, "share_over_slow": 1 - h.at(slow_s) / h.count}
+
+
+def store_stats(snap: Snapshot, period_s: float, geometry: PoolGeometry, computed: float, generated: float) -> dict[str, float]:
+    """Store operations, bytes, time and its share of the period; bytes vs the KV of every
+    computed prompt token and generated token (what 'copied as produced' predicts)."""
+    b = snap.value("vllm:kv_offload_store_bytes_total")
+    expected = (computed + generated) * geometry.bytes_per_token
+    t = snap.value("vllm:kv_offload_store_time_total")
+    return {"count": snap.value("vllm:kv_offload_store_size_count"), "bytes": b, "time": t,
+            "share_of_period": t / period_s, "expected_bytes": expected,
+            "deviation_from_expected": abs(b / expected - 1)}
+
+
+def lookup_stats(snap: Snapshot, threshold_s: float) -> dict[str, float]:
+    """Pool lookups (sync delay histogram) and deferred lookups (async delay histogram)."""
+    sync = snap.histogram("vllm:kv_offload_lookup_sync_delay_seconds")
+    deferred = snap.histogram("vllm:kv_offload_lookup_async_delay_seconds")
+    return {"count": sync.count, "time": sync.sum, "mean_time": sync.sum / sync.count if sync.count else math.nan,
+            "deferred_count": deferred.count, "deferred_time": deferred.sum,
+            "deferred_under": deferred.at(threshold_s)}
+
+
+def load_stats(snap: Snapshot, pcie_bytes_per_s: float) -> dict[str, float]:
+    """Restores by the counters: operations, bytes, time, bandwidth against the PCIe limit."""
+    b = snap.value("vllm:kv_offload_load_bytes_total")
+    t = snap.value("vllm:kv_offload_load_time_total")
+    bw = b / t if t else math.nan
+    return {"count": snap.value("vllm:kv_offload_load_size_count"), "bytes": b, "time": t, "bandwidth": bw,
+            "share_of_pcie": bw / pcie_bytes_per_s}
+
+
+def pool_stats(geometry: PoolGeometry, gpu_pool_tokens: int, stored_bytes: float, snap: Snapshot) -> dict[str, float]:
+    return {"bytes": geometry.bytes, "blocks": geometry.blocks, "tokens": geometry.tokens,
+            "block_tokens": geometry.block_tokens, "ratio_to_gpu_pool": geometry.tokens / gpu_pool_tokens,
+            "turnover": stored_bytes / geometry.bytes, "usage_gauge": snap.value("vllm:kv_offload_cpu_cache_usage_perc")}
+
+
+# ---------------------------------------------------------------- restores from the ten-second reports
+
+def size_restores(log: ServerLog, geometry: PoolGeometry, extra_blocks: int) -> pd.DataFrame:
+    """One row per visible restore. An interval's blocks moved = load bytes / bytes per block;
+    k loads in one report share it evenly; a restore serves what it moved minus extra_blocks."""
+    x = log.transfers
+    if log.key_generation == "legacy":
+        raise RawRecordError(log.path, "KV Transfer lines of vLLM <=0.21 carry no load count: restores cannot be sized "
+                                       "(this needs vllm:kv_offload_load_size_count, vLLM 0.25+)")
+    x = x[x["load_count"].fillna(0) > 0]
+    blocks = x["load_bytes"].to_numpy(float) / geometry.bytes_per_block
+    off = np.abs(blocks - np.round(blocks)) > 1e-6
+    if off.any():
+        i = int(np.flatnonzero(off)[0])
+        raise RawRecordError(log.path, f"load bytes {x['load_bytes'].iloc[i]:.0f} are not a whole number of "
+                                       f"{geometry.bytes_per_block}-byte blocks", line=int(x["line"].iloc[i]))
+    k = x["load_count"].to_numpy(int)
+    rows = pd.DataFrame({
+        "line": np.repeat(x["line"].to_numpy(), k),
+        "time": np.repeat(x["time"].to_numpy(), k),
+        "shared_by": np.repeat(k, k),
+        "moved_blocks": np.repeat(blocks / k, k),
+        "seconds": np.repeat(x["load_time"].to_numpy(float) / k, k),
+    })
+    rows["served_blocks"] = rows["moved_blocks"] - extra_blocks
+    small = rows["served_blocks"] <= 0
+    if small.any():
+        raise RawRecordError(log.path, f"a restore moved {rows.loc[small, 'moved_blocks'].iloc[0]:g} blocks, not more than the "
+                                       f"{extra_blocks} moved on top of what it serves", line=int(rows.loc[small, "line"].iloc[0]))
+    rows["tokens"] = rows["served_blocks"] * geometry.block_tokens
+    rows["bytes"] = rows["moved_blocks"] * geometry.bytes_per_block
+    return rows
+
+
+def restore_stats(restores: pd.DataFrame, counter_count: float, counter_tokens: float, requests: float,
+                  large_tokens: float, huge_tokens: float) -> dict[str, float]:
+    """Visible vs counted restores, how the sized ones add up, their size distribution."""
+    tok = restores["tokens"].to_numpy(float)
+    big = tok >= large_tokens
+    largest = restores.loc[restores["tokens"].idxmax()]
+    return {
+        "count": counter_count, "visible": float(len(restores)),
+        "sized_share_of_counter": tok.sum() / counter_tokens,
+        "share_sharing_interval": float((restores["shared_by"] > 1).mean()),
+        "share_of_requests": counter_count / requests,
+        "mean_tokens": counter_tokens / counter_count,
+        "median_tokens": float(np.median(tok)),
+        "n_at_least_large": float(big.sum()), "token_share_at_least_large": tok[big].sum() / tok.sum(),
+        "n_above_huge": float((tok > huge_tokens).sum()),
+        "min_blocks_moved": float(restores["moved_blocks"].min()),
+        "largest_tokens": float(largest["tokens"]), "largest_bytes": float(largest["bytes"]),
+        "largest_time": float(largest["seconds"]), "largest_shared_by": float(largest["shared_by"]),
+    }
+
+
+def coldread_stats(restores: pd.DataFrame, model: ColdReadModel) -> tuple[dict[str, float], pd.DataFrame]:
+    """Modelled cold-read seconds per visible restore; total, share extrapolated, median."""
+    tok = restores["tokens"].to_numpy(float)
+    secs = np.asarray(model.predict(tok), float)
+    extra = np.asarray(model.extrapolated(tok), bool)
+    out = restores.assign(cold_read_s=secs, extrapolated=extra)
+    return {"total": float(secs.sum()), "share_extrapolated": float(secs[extra].sum() / secs.sum()),
+            "median_restore": float(np.median(secs)),
+            "largest": float(model.predict(float(tok.max())))}, out
+
+
+def hour_stats(log: ServerLog, restores: pd.DataFrame, counter_count: float, top: int) -> dict[str, float]:
+    """Clock hours with traffic (a busy report in them), restores per such hour, the share of
+    restored tokens in the `top` busiest hours, most requests running at once."""
+    st = log.stats
+    busy = st[(st["prompt_tps"] > 0) | (st["gen_tps"] > 0)]
+    hours = busy["time"].dt.floor("h").nunique()
+    by_hour = restores.groupby(restores["time"].dt.floor("h"))["tokens"].sum().sort_values(ascending=False)
+    return {"with_traffic": float(hours), "restores_per_traffic_hour": counter_count / hours,
+            "top_count": float(top), "top_restore_share": float(by_hour.iloc[:top].sum() / by_hour.sum()),
+            "max_running": float(st["running"].max())}
+
+
+def log_coverage(log: ServerLog, snap: Snapshot) -> dict[str, float]:
+    """How much of each counter the ten-second reports show (the rest fell in lost reports)."""
+    x = log.transfers
+    return {"load_bytes": float(x["load_bytes"].sum()) / snap.value("vllm:kv_offload_load_bytes_total"),
+            "store_bytes": float(x["store_bytes"].sum()) / snap.value("vllm:kv_offload_store_bytes_total"),
+            "loads": float(x["load_count"].sum()) / snap.value("vllm:kv_offload_load_size_count")}
+
+
+# ---------------------------------------------------------------- headroom (Recommendations)
+
+HEADROOM_COLUMNS = ["host", "date", "pool_gib", "free_ram_gib", "shm_total_gib", "started", "note"]
+
+
+def read_headroom(path: str) -> pd.DataFrame:
+    df = pd.read_csv(path, dtype={"host": str, "note": str}, keep_default_na=True)
+    if list(df.columns) != HEADROOM_COLUMNS:
+        raise RawRecordError(path, f"columns must be {HEADROOM_COLUMNS}, found {list(df.columns)}", line=1)
+    bad = ~df["started"].isin(["yes", "no"])
+    if bad.any():
+        raise RawRecordError(path, "started must be yes or no", line=int(np.flatnonzero(bad)[0]) + 2)
+    if (df["pool_gib"] <= 0).any() or df["pool_gib"].isna().any():
+        raise RawRecordError(path, "pool_gib must be positive", line=int(np.flatnonzero(~(df["pool_gib"] > 0))[0]) + 2)
+    return df
+
+
+def headroom_stats(df: pd.DataFrame, host: str) -> dict[str, float]:
+    """Pool size vs RAM left free on the production host; the pool that failed on a smaller
+    /dev/shm; the pool sized too early (the smallest that started)."""
+    free = df[(df["host"] == host) & df["free_ram_gib"].notna()].sort_values("free_ram_gib")
+    if len(free) < 3:
+        raise RawRecordError("headroom.csv", f"need three free-RAM observations on host {host}, found {len(free)}")
+    tight, ok = free.iloc[0], free.iloc[1:].sort_values("pool_gib")
+    failed = df[df["started"] == "no"]
+    if failed.empty:
+        raise RawRecordError("headroom.csv", "no failed start recorded")
+    early = df[(df["started"] == "yes")].sort_values("pool_gib").iloc[0]
+    out = {"tight.pool": tight["pool_gib"] * GIB, "tight.free": tight["free_ram_gib"] * GIB,
+           "failed_pool": failed.iloc[0]["pool_gib"] * GIB, "shm_capacity": failed.iloc[0]["shm_total_gib"] * GIB,
+           "early_pool": early["pool_gib"] * GIB}
+    for i, (_, r) in enumerate(ok.iloc[:2].iterrows(), start=1):
+        out[f"ok{i}.pool"] = r["pool_gib"] * GIB
+        out[f"ok{i}.free"] = r["free_ram_gib"] * GIB
+    return out

@@ -1,0 +1,92 @@
+"""Table 2 and Figure 1b of the note, made from the registry and the tidy restore table only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from ..coldread import ColdReadModel
+from ..numbers import Number
+
+# Table 2: (section, row label, registry key). Values and units come from the registry.
+TABLE2_ROWS = [
+    ("Source of prompt tokens", "All prompt tokens", "prod.tokens.prompt"),
+    ("Source of prompt tokens", "From GPU memory (prefix cache)", "prod.tokens.gpu"),
+    ("Source of prompt tokens", "From the RAM pool", "prod.tokens.pool"),
+    ("Source of prompt tokens", "Computed", "prod.tokens.computed"),
+    ("Source of prompt tokens", "Missed the GPU cache (pool + computed)", "prod.tokens.missed"),
+    ("Source of prompt tokens", "Pool share of the misses", "prod.tokens.pool_share_of_misses"),
+    ("RAM pool to GPU (restores)", "Operations", "prod.restores.count"),
+    ("RAM pool to GPU (restores)", "Bytes", "prod.restores.bytes"),
+    ("RAM pool to GPU (restores)", "Transfer time", "prod.restores.transfer_time"),
+    ("GPU to RAM pool (stores)", "Operations", "prod.stores.count"),
+    ("GPU to RAM pool (stores)", "Bytes", "prod.stores.bytes"),
+    ("GPU to RAM pool (stores)", "Transfer time", "prod.stores.time"),
+    ("GPU to RAM pool (stores)", "Share of the period", "prod.stores.share_of_period"),
+    ("Pool lookups", "Lookups", "prod.lookups.count"),
+    ("Pool lookups", "Time in lookups", "prod.lookups.time"),
+    ("Pool lookups", "Deferred lookups", "prod.deferred.count"),
+    ("Pool lookups", "Time deferred", "prod.deferred.time"),
+]
+
+
+def table2(registry: dict[str, Number]) -> pd.DataFrame:
+    """Table 2 as a tidy frame: section, row, key, value, unit (a missing key is an error)."""
+    rows = []
+    for section, label, key in TABLE2_ROWS:
+        n = registry[key]
+        rows.append({"section": section, "row": label, "key": key, "value": n.value, "unit": n.unit})
+    return pd.DataFrame(rows)
+
+
+def restore_histogram(restores: pd.DataFrame, edges: list[float], model: ColdReadModel) -> pd.DataFrame:
+    """Restores per size bin (tokens served), the modelled cold read at each bin's upper edge,
+    and whether that bin lies below the first timed cold read (extrapolated)."""
+    tok = restores["tokens"].to_numpy(float)
+    e = np.asarray(edges, float)
+    if tok.max() > e[-1]:
+        raise ValueError(f"largest restore {tok.max():.0f} tokens exceeds the last bin edge {e[-1]:.0f}")
+    counts, _ = np.histogram(tok, bins=e)
+    tokens, _ = np.histogram(tok, bins=e, weights=tok)
+    upper = e[1:]
+    return pd.DataFrame({"lower": e[:-1], "upper": upper, "restores": counts, "tokens": tokens,
+                         "cold_read_at_upper_s": np.asarray(model.predict(upper), float),
+                         "extrapolated": np.asarray(model.extrapolated(upper - 1), bool)})
+
+
+def _k(x: float) -> str:
+    return f"{x / 1e6:g}M" if x >= 1e6 else f"{x / 1e3:g}K"
+
+
+def figure_1b(bins: pd.DataFrame, out: str | Path) -> None:
+    """Bars of restores per size bin; under each bin its token range and, on a second row, the
+    modelled cold read at its upper edge; extrapolated bins hatched and their labels marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams["svg.hashsalt"] = "kvtier-fig1b"  # deterministic SVG ids
+    fig, ax = plt.subplots(figsize=(7.2, 3.6))
+    x = np.arange(len(bins))
+    colors = ["#9ecae1" if ex else "#3182bd" for ex in bins["extrapolated"]]
+    bars = ax.bar(x, bins["restores"], color=colors, edgecolor="#08519c", linewidth=0.6,
+                  hatch=None)
+    for b, ex in zip(bars, bins["extrapolated"]):
+        if ex:
+            b.set_hatch("///")
+    for xi, c in zip(x, bins["restores"]):
+        ax.annotate(f"{int(c)}", (xi, c), ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
+    labels = [f"{_k(lo)}–{_k(hi)}\n{'~' if ex else ''}{s:.1f} s{'*' if ex else ''}"
+              for lo, hi, s, ex in zip(bins["lower"], bins["upper"], bins["cold_read_at_upper_s"], bins["extrapolated"])]
+    ax.set_xticks(x, labels, fontsize=7.5)
+    ax.set_ylabel("restores")
+    ax.set_xlabel("tokens served by the restore\nmodelled cold read at the bin's upper edge (* extrapolated below the first timed read)",
+                  fontsize=8)
+    ax.spines[["top", "right"]].set_visible(False)
+    fig.tight_layout()
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, format="svg", metadata={"Date": None})
+    plt.close(fig)

@@ -1,0 +1,157 @@
+"""Prometheus text exposition, as vLLM's /metrics serves it, parsed by prometheus_client.
+
+The whole text is parsed once for the families and their types; each sample line is parsed
+again on its own so every value keeps its line number and an error can name it. Samples from
+several engines, in any label order, end up in one tidy table.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from prometheus_client.parser import text_string_to_metric_families
+
+from ..errors import RawRecordError
+
+COLUMNS = ["family", "type", "name", "labels", "value", "line"]
+
+
+def _label_key(labels: dict[str, str], drop: tuple[str, ...] = ()) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, v) for k, v in labels.items() if k not in drop))
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """One /metrics scrape: a tidy table of samples plus the file it came from."""
+
+    path: str
+    samples: pd.DataFrame  # COLUMNS; labels is a tuple of (name, value) pairs, sorted
+
+    def select(self, name: str, **labels: str) -> pd.DataFrame:
+        rows = self.samples[self.samples["name"] == name]
+        for k, v in labels.items():
+            rows = rows[rows["labels"].map(lambda ls, k=k, v=v: (k, v) in ls)]
+        return rows
+
+    def first_line(self, name: str) -> int | None:
+        rows = self.samples.loc[self.samples["name"] == name, "line"]
+        return int(rows.min()) if len(rows) else None
+
+    def value(self, name: str, **labels: str) -> float:
+        """Sum of a counter or gauge over engines (and any label not given); missing is an error."""
+        rows = self.select(name, **labels)
+        if rows.empty:
+            want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
+            raise RawRecordError(self.path, f"missing metric {want}")
+        return float(rows["value"].sum())
+
+    def has(self, name: str) -> bool:
+        return bool((self.samples["name"] == name).any())
+
+    def by_label(self, name: str, label: str) -> pd.Series:
+        """Values of a labelled counter summed over engines, indexed by that label."""
+        rows = self.select(name)
+        if rows.empty:
+            raise RawRecordError(self.path, f"missing metric {name}")
+        keys = rows["labels"].map(lambda ls: dict(ls).get(label))
+        if keys.isna().any():
+            line = int(rows.loc[keys.isna(), "line"].iloc[0])
+            raise RawRecordError(self.path, f"{name} sample without label {label!r}", line=line)
+        return rows.groupby(keys.to_numpy())["value"].sum()
+
+    def histogram(self, family: str) -> "Histogram":
+        """Buckets, count and sum of a histogram summed over engines (buckets aligned by `le`)."""
+        buckets = self.select(family + "_bucket")
+        if buckets.empty:
+            raise RawRecordError(self.path, f"missing histogram {family}")
+        le = buckets["labels"].map(lambda ls: dict(ls).get("le"))
+        edges = le.map(lambda s: math.inf if s == "+Inf" else float(s))
+        cum = buckets.groupby(edges.to_numpy())["value"].sum().sort_index()
+        return Histogram(family, cum.index.to_numpy(float), cum.to_numpy(float),
+                         self.value(family + "_count"), self.value(family + "_sum"),
+                         int(buckets["line"].min()))
+
+    def created(self) -> float:
+        """Earliest `_created` timestamp of the engine's counters: when the counters started."""
+        rows = self.samples[self.samples["name"].str.endswith("_created")]
+        if rows.empty:
+            raise RawRecordError(self.path, "no *_created samples: cannot tell when the counters started "
+                                            "(multi-process exposition has none; give observation.start instead)")
+        return float(rows["value"].min())
+
+
+@dataclass(frozen=True)
+class Histogram:
+    family: str
+    edges: np.ndarray  # upper bounds, increasing, ending in inf
+    cumulative: np.ndarray
+    count: float
+    sum: float
+    line: int
+
+    def at(self, edge: float) -> float:
+        """Cumulative count at a bucket edge that must exist (no interpolation between edges)."""
+        hit = np.flatnonzero(np.isclose(self.edges, edge, rtol=1e-12, atol=0))
+        if hit.size == 0:
+            raise KeyError(f"{self.family} has no bucket edge le={edge:g} (edges: {', '.join(f'{e:g}' for e in self.edges)})")
+        return float(self.cumulative[hit[0]])
+
+
+def _parse_line(text: str, path: str, lineno: int) -> list:
+    try:
+        fams = list(text_string_to_metric_families(text + "\n"))
+    except Exception as e:  # prometheus_client raises ValueError/IndexError/... on bad text
+        raise RawRecordError(path, f"not Prometheus text exposition ({type(e).__name__}: {e})", line=lineno, record=text) from None
+    return [s for f in fams for s in f.samples]
+
+
+def parse_prometheus(text: str, path: str | Path = "<metrics>") -> Snapshot:
+    """Parse an exposition into a Snapshot; a malformed line is an error naming it."""
+    path = str(path)
+    types: dict[str, str] = {}
+    try:
+        for fam in text_string_to_metric_families(text):
+            types[fam.name] = fam.type
+    except Exception:
+        pass  # the per-line pass below names the offending line
+    rows = []
+    family_of_sample: dict[str, str] = {}
+    current_family = None
+    for lineno, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            parts = line.split(None, 3)
+            if len(parts) >= 3 and parts[1] in ("TYPE", "HELP"):
+                current_family = parts[2]
+            continue
+        for s in _parse_line(line, path, lineno):
+            fam = _family_of(s.name, types, current_family)
+            family_of_sample.setdefault(s.name, fam)
+            rows.append((fam, types.get(fam, "untyped"), s.name, _label_key(s.labels), float(s.value), lineno))
+    samples = pd.DataFrame(rows, columns=COLUMNS)
+    return Snapshot(path, samples)
+
+
+def _family_of(name: str, types: dict[str, str], current: str | None) -> str:
+    """The family a sample belongs to: the current # TYPE block if it owns the name, else by suffix."""
+    if current and (name == current or name.startswith(current + "_")):
+        return current
+    for suffix in ("_total", "_bucket", "_count", "_sum", "_created", ""):
+        if suffix and name.endswith(suffix) and name[: -len(suffix)] in types:
+            return name[: -len(suffix)]
+    return name
+
+
+def read_prometheus(path: str | Path) -> Snapshot:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise RawRecordError(path, f"not UTF-8 text ({e})") from None
+    return parse_prometheus(text, path)

@@ -1,0 +1,61 @@
+"""The common shape of a workload, and regrouping block ids to the simulated block size."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..sim.requests import Request
+
+SCOPE_SHIFT = 40  # local ids (< 2**40) are made global as scope << 40 | id
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Requests in arrival order, at `block_tokens` per block, with arrival times in seconds."""
+
+    name: str
+    block_tokens: int
+    times: np.ndarray
+    requests: list[Request]
+    output_tokens: np.ndarray
+
+    def __post_init__(self) -> None:
+        if len(self.times) != len(self.requests) or len(self.output_tokens) != len(self.requests):
+            raise ValueError("times, requests and output_tokens must have one entry per request")
+        if len(self.times) and np.any(np.diff(self.times) < 0):
+            raise ValueError("requests must be in arrival order")
+
+    @property
+    def prompt_tokens(self) -> np.ndarray:
+        return np.fromiter((r.tokens for r in self.requests), dtype=np.int64, count=len(self.requests))
+
+    def lookups(self) -> int:
+        """Block lookups a replay performs (one per cacheable block)."""
+        return sum(r.n_blocks for r in self.requests)
+
+
+def regroup(ids: list[int] | tuple[int, ...], tokens: int, base: int, target: int, scope: int = 0) -> tuple[int, ...]:
+    """Prefix-chained ids at `base` tokens a block -> ids at `target` tokens a block.
+
+    A target block is named by the id of the last base block it reaches into: ids are
+    prefix-chained, so that id stands for the whole prefix up to there. Only full target
+    blocks are cacheable, as in vLLM.
+    """
+    if base <= 0 or target <= 0:
+        raise ValueError("block sizes must be positive")
+    full = min(tokens // target, (len(ids) * base) // target)
+    last_base = [-(-((k + 1) * target) // base) - 1 for k in range(full)]
+    tag = scope << SCOPE_SHIFT
+    return tuple(tag | int(ids[i]) for i in last_base)
+
+
+def vllm_request(blocks: tuple[int, ...], tokens: int, block_tokens: int, output_tokens: int, label: str = "") -> Request:
+    """A request as vLLM caches it (see kvtier.sim.requests.Request): at most (tokens - 1) // B
+    blocks hit; full blocks of generated tokens are hashed but unique; a final partial block is
+    unhashed scratch."""
+    full = len(blocks)
+    kv = tokens + max(output_tokens - 1, 0)  # the last sampled token is never fed back
+    return Request(blocks, tokens, max_hit=min(full, (tokens - 1) // block_tokens),
+                   scratch=1 if kv % block_tokens else 0, unique=max(kv // block_tokens - full, 0), label=label)

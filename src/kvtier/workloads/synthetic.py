@@ -1,0 +1,199 @@
+"""A synthetic agentic workload whose parameters are fitted to the production aggregates.
+
+Sessions arrive during the hours that had traffic; each session is a chain of turns whose
+prompt is the previous prompt plus the previous answer plus new material (tool output, user
+text), separated by think time. All sessions share a system prefix. Four parameters (median and
+spread of the first prompt, median growth per turn, mean turns per session) are fitted so that
+request-level prompts match the observed mean and shares above 200K and 500K tokens, and an
+unbounded cache could reuse a configured share of prompt tokens (an assumption: production
+shows what two bounded tiers served, not what an unbounded one could have). Think times are
+log-normal, shaped like the public kv-cache-tester agentic traces; their scale is calibrated so
+a replay without the pool finds the observed GPU-cache share (kvtier.counterfactual.fit). The
+pool's share is then a check of the model; the peak of requests in service is reported beside
+the observed one. Everything is seeded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+
+import numpy as np
+from scipy import optimize, stats
+
+from ..coldread import ColdReadModel
+from ..sim.requests import Request
+from .base import SCOPE_SHIFT, Workload, vllm_request
+
+
+@dataclass(frozen=True)
+class Targets:
+    """Production aggregates the model is fitted to (read from the numbers registry)."""
+
+    requests: int
+    period_s: float
+    active_hours: int
+    mean_prompt: float
+    share_above_200k: float
+    share_above_500k: float
+    max_running: int
+    max_model_len: int
+    mean_output: float
+    gpu_share: float  # share of prompt tokens production found in GPU memory
+    low_edge: float = 200_000.0   # the prompt sizes the shares are reported above
+    high_edge: float = 500_000.0
+
+
+@dataclass(frozen=True)
+class AgenticParams:
+    first_prompt_median: float = 40_000.0   # fitted
+    growth_median: float = 6_000.0          # fitted
+    turns_mean: float = 20.0                # fitted
+    think_median_s: float = 13.0            # calibrated: scaled until the replay's GPU share matches production
+    first_prompt_sigma: float = 1.0         # fixed shape parameters (log-normal sigmas)
+    growth_sigma: float = 1.2
+    think_sigma: float = 1.9
+    system_tokens: int = 3_200              # shared by every session
+    decode_tokens_per_s: float = 60.0       # answer length / this = decode time in service
+
+
+@dataclass
+class _Draws:
+    """Common random numbers: the fit moves parameters, never the dice."""
+
+    z_first: np.ndarray
+    u_turns: np.ndarray
+    z_growth: np.ndarray
+    z_output: np.ndarray
+
+
+def _draws(rng: np.random.Generator, sessions: int, max_turns: int) -> _Draws:
+    """Stratified draws for the per-session quantities (first prompt, session length): evenly
+    spaced quantiles in random order, so a few thousand sessions already match their distribution
+    and the fit is not chasing sampling noise in a heavy tail."""
+    strata = (np.arange(sessions) + 0.5) / sessions
+    return _Draws(stats.norm.ppf(rng.permutation(strata)), rng.permutation(strata),
+                  rng.standard_normal((sessions, max_turns)), rng.standard_normal((sessions, max_turns)))
+
+
+def _prompts(p: AgenticParams, d: _Draws, t: Targets) -> tuple[np.ndarray, np.ndarray]:
+    """Per-session prompt sizes (sessions x turns, NaN after a session ends) and answer lengths."""
+    sessions, max_turns = d.z_growth.shape
+    q = 1.0 / max(p.turns_mean, 1.0)
+    turns = 1 + np.floor(np.log(d.u_turns) / np.log1p(-q)) if q < 1 else np.ones(sessions)
+    turns = np.minimum(turns, max_turns)
+    first = p.system_tokens + p.first_prompt_median * np.exp(p.first_prompt_sigma * d.z_first)
+    out = t.mean_output * np.exp(0.8 * d.z_output - 0.32)  # log-normal with the observed mean
+    growth = p.growth_median * np.exp(p.growth_sigma * d.z_growth)
+    steps = np.concatenate([first[:, None], (growth + out)[:, :-1]], axis=1)
+    prompts = np.cumsum(steps, axis=1)
+    alive = (np.arange(max_turns)[None, :] < turns[:, None]) & (prompts + out <= t.max_model_len)
+    alive = np.cumprod(alive, axis=1).astype(bool)  # a session ends at its first overflow
+    return np.where(alive, prompts, np.nan), out
+
+
+def reusable_share(prompts: np.ndarray, out: np.ndarray, system_tokens: int) -> float:
+    """Share of prompt tokens an unbounded prefix cache could serve: the previous turn's prompt and
+    answer, and the shared system prefix on a session's first turn."""
+    prev = np.concatenate([np.full((prompts.shape[0], 1), np.nan), prompts[:, :-1] + out[:, :-1]], axis=1)
+    reuse = np.where(np.isnan(prev), float(system_tokens), np.minimum(prev, prompts))
+    alive = ~np.isnan(prompts)
+    return float(reuse[alive].sum() / prompts[alive].sum())
+
+
+def _moments(p: AgenticParams, d: _Draws, t: Targets) -> np.ndarray:
+    """Relative error of the mean prompt, errors of the two shares, and the reusable share."""
+    pr, out = _prompts(p, d, t)
+    x = pr[~np.isnan(pr)]
+    return np.array([x.mean() / t.mean_prompt - 1, (x > t.low_edge).mean() - t.share_above_200k,
+                     (x > t.high_edge).mean() - t.share_above_500k, reusable_share(pr, out, p.system_tokens)])
+
+
+def fit_prompts(t: Targets, reusable: float, base: AgenticParams | None = None, seed: int = 0,
+                sessions: int = 1_000) -> AgenticParams:
+    """Fit the first prompt (median, spread), the growth per turn and the mean session length so
+    that request prompts match the observed mean and shares above 200K and 500K, and an
+    unbounded cache could reuse `reusable` of all prompt tokens (Nelder-Mead)."""
+    base = base or AgenticParams()
+    d = _draws(np.random.default_rng(seed), sessions, 100)
+
+    def params(x: np.ndarray) -> AgenticParams:
+        return replace(base, first_prompt_median=float(np.exp(x[0])), first_prompt_sigma=float(np.exp(x[1])),
+                       growth_median=float(np.exp(x[2])), turns_mean=1.0 + float(np.exp(x[3])))
+
+    def loss(x: np.ndarray) -> float:
+        m = _moments(params(x), d, t)
+        r = m[3] - reusable
+        return float(10 * m[0] ** 2 + (m[1] / max(t.share_above_200k, 1e-3)) ** 2
+                     + (m[2] / max(t.share_above_500k, 1e-3)) ** 2 + (r / max(1 - reusable, 1e-3)) ** 2)
+
+    x0 = np.log([40_000.0, 1.5, 1_000.0, 8.0])
+    best = optimize.minimize(loss, x0, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-7, "maxiter": 500})
+    return params(best.x)
+
+
+def _max_turns(turns_mean: float) -> int:
+    """Enough turns that the geometric tail beyond them is negligible (< 1e-4)."""
+    return int(min(2_000, max(50, np.ceil(9.3 * turns_mean))))
+
+
+def fit_report(p: AgenticParams, t: Targets, seed: int = 0) -> dict[str, float]:
+    """Model vs target for each fitted aggregate, on a fresh draw (not the one fitted on)."""
+    d = _draws(np.random.default_rng(seed + 99), 3_000, _max_turns(p.turns_mean))
+    pr, out = _prompts(p, d, t)
+    x = pr[~np.isnan(pr)]
+    return {"mean_prompt": float(x.mean()), "share_above_200k": float((x > t.low_edge).mean()),
+            "share_above_500k": float((x > t.high_edge).mean()), "reusable_share": reusable_share(pr, out, p.system_tokens)}
+
+
+def _schedule(p: AgenticParams, prompts: np.ndarray, out: np.ndarray, t: Targets, model: ColdReadModel,
+              hour_weights: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Arrival and service times of every turn: start in an active hour, then service + think."""
+    sessions, turns = prompts.shape
+    hour = rng.choice(len(hour_weights), size=sessions, p=hour_weights / hour_weights.sum())
+    start = (hour + rng.random(sessions)) * 3600.0
+    prev = np.concatenate([np.zeros((sessions, 1)), np.nan_to_num(prompts[:, :-1])], axis=1)
+    new_tokens = np.clip(np.nan_to_num(prompts) - prev, 0, None)
+    service = model.predict(new_tokens.ravel()).reshape(new_tokens.shape) + out / p.decode_tokens_per_s
+    think = p.think_median_s * np.exp(p.think_sigma * rng.standard_normal((sessions, turns)))
+    gaps = np.concatenate([np.zeros((sessions, 1)), (service + think)[:, :-1]], axis=1)
+    arrival = start[:, None] + np.cumsum(gaps, axis=1)
+    return arrival, service, new_tokens
+
+
+def max_in_service(arrival: np.ndarray, service: np.ndarray) -> int:
+    """The most requests whose service intervals overlap (a sweep over start/end events)."""
+    times = np.concatenate([arrival, arrival + service])
+    kinds = np.concatenate([np.ones_like(arrival), -np.ones_like(arrival)])
+    order = np.lexsort((kinds, times))  # ends before starts at equal times
+    return int(np.cumsum(kinds[order]).max(initial=0))
+
+
+def build(t: Targets, params: AgenticParams, model: ColdReadModel, hour_weights: np.ndarray, block_tokens: int,
+          seed: int = 0) -> Workload:
+    """Draw the workload: sessions start in the traffic hours, turns follow service + think time;
+    the first `t.requests` requests inside the period are kept, in arrival order."""
+    rng = np.random.default_rng(seed + 1)
+    sessions = int(np.ceil(t.requests / max(params.turns_mean, 1.0) * 1.5)) + 50
+    d = _draws(rng, sessions, _max_turns(params.turns_mean))
+    prompts, out = _prompts(params, d, t)
+    arrival, _, _ = _schedule(params, prompts, out, t, model, hour_weights, np.random.default_rng(seed + 2))
+    keep = ~np.isnan(prompts) & (arrival < t.period_s)
+    idx = np.argwhere(keep)
+    idx = idx[np.argsort(arrival[keep], kind="stable")][: t.requests]
+    if len(idx) < t.requests:
+        raise ValueError(f"the model produced {len(idx)} requests inside the period, fewer than {t.requests}")
+    sys_blocks = params.system_tokens // block_tokens
+    reqs: list[Request] = []
+    for s, k in idx:
+        tokens = int(prompts[s, k])
+        blocks = tuple(i if i < sys_blocks else ((int(s) + 1) << SCOPE_SHIFT) | i for i in range(tokens // block_tokens))
+        reqs.append(vllm_request(blocks, tokens, block_tokens, int(out[s, k]), label=f"s{s}t{k}"))
+    return Workload("synthetic-agentic", block_tokens, arrival[tuple(idx.T)], reqs, out[tuple(idx.T)].astype(np.int64))
+
+
+def peak_in_service(times: np.ndarray, computed_tokens: np.ndarray, output_tokens: np.ndarray,
+                    model: ColdReadModel, decode_tokens_per_s: float) -> int:
+    """Most requests in service at once, once a replay says what each request had to compute:
+    prefill of the computed tokens (cold-read model) plus decoding the answer."""
+    service = model.predict(np.asarray(computed_tokens, dtype=float)) + np.asarray(output_tokens) / decode_tokens_per_s
+    return max_in_service(np.asarray(times, dtype=float), service)

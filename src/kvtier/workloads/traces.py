@@ -1,0 +1,81 @@
+"""Readers for the public traces: Mooncake (FAST'25) and kv-cache-tester agentic sessions.
+
+Both are read from a configured path (they are data, never committed). Bad records raise an
+error naming the file and the line or conversation.
+"""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import RawRecordError
+from .base import Workload, regroup, vllm_request
+
+MOONCAKE_BLOCK = 512
+KVTESTER_BLOCK = 64
+
+
+def mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK) -> Workload:
+    """Mooncake JSONL: `timestamp` (ms), `input_length`, `output_length`, `hash_ids` (512 tokens)."""
+    times, reqs, outs = [], [], []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                t, n, o, ids = float(rec["timestamp"]) / 1e3, int(rec["input_length"]), int(rec["output_length"]), rec["hash_ids"]
+            except (ValueError, KeyError, TypeError) as e:
+                raise RawRecordError(path, f"not a Mooncake record ({e})", line=lineno, record=line.strip()) from None
+            blocks = regroup(ids, n, MOONCAKE_BLOCK, block_tokens)
+            times.append(t)
+            reqs.append(vllm_request(blocks, n, block_tokens, o, label=str(lineno)))
+            outs.append(o)
+    order = np.argsort(np.asarray(times), kind="stable")
+    return Workload(f"mooncake:{Path(path).name}", block_tokens, np.asarray(times)[order],
+                    [reqs[i] for i in order], np.asarray(outs, dtype=np.int64)[order])
+
+
+def _flatten(requests: list[dict], offset: float, where: str) -> list[tuple[float, dict]]:
+    """Sub-agent records hold their own requests, timed from the sub-agent's start."""
+    out = []
+    for i, r in enumerate(requests):
+        if r.get("type") == "subagent":
+            out.extend(_flatten(r.get("requests", []), offset + float(r["t"]), f"{where}/subagent {i}"))
+        elif "hash_ids" in r and "in" in r:
+            out.append((offset + float(r["t"]), r))
+        else:
+            raise RawRecordError(where, f"request {i} has neither hash_ids/in nor sub-agent requests")
+    return out
+
+
+def kv_cache_tester(archive: str | Path, block_tokens: int, *, seed: int = 0, mean_gap_s: float = 60.0) -> Workload:
+    """kv-cache-tester conversations (a .tgz of JSON files, 64-token blocks, ids local to one file).
+
+    Conversations carry no absolute start time: they are interleaved by starting each one
+    after an exponential gap (mean `mean_gap_s`, seeded), and ids are scoped per conversation.
+    """
+    rng = np.random.default_rng(seed)
+    events: list[tuple[float, int, dict]] = []
+    start = 0.0
+    with tarfile.open(archive, "r:*") as tar:
+        members = sorted((m for m in tar.getmembers() if m.isfile() and m.name.endswith(".json")), key=lambda m: m.name)
+        for scope, m in enumerate(members, start=1):
+            where = f"{archive}:{m.name}"
+            try:
+                conv = json.load(tar.extractfile(m))  # type: ignore[arg-type]
+            except json.JSONDecodeError as e:
+                raise RawRecordError(where, f"not JSON ({e})") from None
+            if conv.get("block_size") != KVTESTER_BLOCK:
+                raise RawRecordError(where, f"block_size {conv.get('block_size')!r}, expected {KVTESTER_BLOCK}")
+            start += float(rng.exponential(mean_gap_s))
+            events.extend((start + t, scope, r) for t, r in _flatten(conv["requests"], 0.0, where))
+    events.sort(key=lambda e: e[0])
+    reqs = [vllm_request(regroup(r["hash_ids"], int(r["in"]), KVTESTER_BLOCK, block_tokens, scope), int(r["in"]),
+                         block_tokens, int(r["out"]), label=f"{scope}") for _, scope, r in events]
+    return Workload(f"kv-cache-tester:{Path(archive).name}", block_tokens, np.array([e[0] for e in events]), reqs,
+                    np.array([int(e[2]["out"]) for e in events], dtype=np.int64))

@@ -1,0 +1,76 @@
+# Production on setup C (note: Setup, Results, Table 2, Figure 1b, Recommendations, appendix).
+#   /metrics snapshot + server log + host facts + headroom -> prod.* numbers, tidy restores,
+#   Table 2 and Figure 1b. The data contract runs at ingest (kvtier.production.contract).
+PROD = config["production"]
+
+NUMBERS.append("results/numbers/production.json")
+FIGURES["fig1b"] = "figures/fig1b.svg"
+EXTRA_TARGETS.extend(["results/tables/table2.csv", "results/tidy/production_fig1b_bins.csv"])
+
+
+rule production_numbers:
+    message:
+        "Production (setup C): check and parse /metrics and the server log -> prod.* numbers"
+    input:
+        code=PACKAGE_CODE,
+        metrics=PROD["metrics"],
+        log=PROD["log"],
+        host=PROD["host"],
+        headroom=PROD["headroom"],
+        coldreads=PROD["coldreads"],
+        manifest=MANIFEST,
+    output:
+        numbers="results/numbers/production.json",
+        restores="results/tidy/production_restores.csv",
+        repairs="results/tidy/production_contract.csv",
+    params:
+        settings={k: v for k, v in PROD.items() if k not in ("metrics", "log", "host", "headroom", "coldreads")},
+    log:
+        "logs/production_numbers.log",
+    benchmark:
+        "results/benchmarks/production_numbers.tsv"
+    conda:
+        ANALYSIS_ENV
+    script:
+        "../scripts/production_numbers.py"
+
+
+rule production_table2:
+    message:
+        "Table 2: sources of prompt tokens and traffic between GPU memory and the RAM pool"
+    input:
+        code=PACKAGE_CODE,
+        numbers="results/numbers/production.json",
+    output:
+        csv="results/tables/table2.csv",
+    log:
+        "logs/production_table2.log",
+    benchmark:
+        "results/benchmarks/production_table2.tsv"
+    conda:
+        ANALYSIS_ENV
+    script:
+        "../scripts/production_table2.py"
+
+
+rule production_fig1b:
+    message:
+        "Figure 1b: production restores by tokens served, with modelled cold-read time"
+    input:
+        code=PACKAGE_CODE,
+        restores="results/tidy/production_restores.csv",
+        coldreads=PROD["coldreads"],
+        manifest=MANIFEST,
+    output:
+        svg="figures/fig1b.svg",
+        bins="results/tidy/production_fig1b_bins.csv",
+    params:
+        bins=PROD["figure_bins"],
+    log:
+        "logs/production_fig1b.log",
+    benchmark:
+        "results/benchmarks/production_fig1b.tsv"
+    conda:
+        ANALYSIS_ENV
+    script:
+        "../scripts/production_fig1b.py"
