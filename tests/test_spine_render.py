@@ -28,6 +28,9 @@ def test_formats() -> None:
     assert formats.times(32.57, "x") == "33×"
     assert formats.ktok(127_400.0) == "127K"
     assert formats.ktok(1_000_000.0) == "1M"
+    assert formats.ktok(199_481.0, about=True) == "200K"
+    assert formats.pct(0.0035, "fraction", 1, up=True) == "0.4%"  # "within 0.4%": a bound rounds up
+    assert formats.pct(0.004, "fraction", 1, up=True) == "0.4%"
     assert formats.million(41_200_000.0, "tokens", 1) == "41.2"
     assert formats.billion(1.78e9, "tokens") == "1.78"
     assert formats.word(3.0) == "three"

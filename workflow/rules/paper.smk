@@ -105,3 +105,33 @@ rule note_pdf:
         ANALYSIS_ENV
     script:
         "../scripts/paper_pdf.py"
+
+
+# One target per central claim of the note and the lab (the README's claims table).
+
+
+rule claim_eviction:
+    input:
+        table="results/tables/table1.csv",
+        figure="figures/fig1a.svg",
+        numbers="results/numbers/evict.json",
+
+
+rule claim_production:
+    input:
+        table="results/tables/table2.csv",
+        figure="figures/fig1b.svg",
+        numbers="results/numbers/production.json",
+        coldread="results/numbers/coldread.json",
+
+
+rule claim_lab:
+    input:
+        page="paper/lab.html",
+        numbers="results/numbers/lab.json",
+
+
+rule claim_counterfactual:
+    input:
+        figure="figures/fig2.svg",
+        numbers="results/numbers/counterfactual.json",

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +26,35 @@ def build_stamp(commit: str, dirty: bool, snakemake_version: str) -> dict[str, s
     }
 
 
+@dataclass(frozen=True)
+class InputGroup:
+    """Raw files that share a class and a description (one run, one replica set), shown as one
+    row: a run directory of many snapshots reads better as its folder than as a file list."""
+
+    folder: str
+    klass: str
+    description: str
+    files: int
+
+
+def group_inputs(entries: list[Entry]) -> list[InputGroup]:
+    groups: dict[tuple[str, str], list[str]] = {}
+    for e in entries:
+        groups.setdefault((e.klass, e.description), []).append(e.path)
+    out = []
+    for (klass, desc), paths in groups.items():
+        folder = paths[0] if len(paths) == 1 else os.path.commonpath(paths) + "/"
+        out.append(InputGroup(folder, klass, desc, len(paths)))
+    return sorted(out, key=lambda g: g.folder)
+
+
 def _inputs_context(entries: dict[str, Entry]) -> dict[str, Any]:
     rows = sorted(entries.values(), key=lambda e: e.path)
     return {
         "raw_inputs": rows,
+        "input_groups": group_inputs(rows),
         "replica_inputs": [e for e in rows if e.klass == "replica"],
+        "replica_groups": group_inputs([e for e in rows if e.klass == "replica"]),
         "measured_inputs": [e for e in rows if e.klass == "measured"],
         "published_inputs": [e for e in rows if e.klass == "published"],
     }

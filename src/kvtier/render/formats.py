@@ -38,11 +38,14 @@ def num(x: float, unit: str = "", d: int = 0) -> str:
     return fixed(x, d)
 
 
-def pct(x: float, unit: str, d: int = 1) -> str:
+def pct(x: float, unit: str, d: int = 1, up: bool = False) -> str:
+    """Percent with d decimals; `up` rounds up, for bounds printed as "within X%"."""
     if unit == "fraction":
         x = x * 100
     elif unit != "percent":
         raise UnitError(f"pct needs a fraction or percent, not {unit!r}")
+    if up:
+        x = math.ceil(round(x * 10**d, 9)) / 10**d
     return fixed(x, d) + "%"
 
 
@@ -90,8 +93,11 @@ def times(x: float, unit: str = "x", d: int = 0) -> str:
     return fixed(x, d) + "×"
 
 
-def ktok(x: float, unit: str = "tokens", d: int = 0) -> str:
-    """127,000 -> '127K'; a million or more -> '1M' style."""
+def ktok(x: float, unit: str = "tokens", d: int = 0, about: bool = False) -> str:
+    """127,000 -> '127K'; a million or more -> '1M' style; `about` keeps two significant digits
+    (199,481 -> '200K'), for sizes the text gives only roughly."""
+    if about and x:
+        x = round(x, 1 - int(math.floor(math.log10(abs(x)))))
     if abs(x) >= 1e6 and d == 0 and abs(x / 1e6 - round(x / 1e6)) < 1e-9:
         return f"{int(round(x / 1e6))}M"
     return fixed(x / 1e3, d) + "K"
