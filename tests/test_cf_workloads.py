@@ -90,3 +90,16 @@ def test_mooncake_validation_against_the_paper() -> None:
     # the single pass agrees with a direct LRU replay at the same capacity
     direct = TieredCache(3_000_000 // 512, 512).replay(w.requests)
     assert sum(o.gpu_tokens for o in direct) / tokens.sum() == pytest.approx(lru_3m, abs=1e-12)
+
+
+SYNTHETIC = SHARED / "mooncake" / "synthetic_trace.jsonl"
+
+
+@pytest.mark.skipif(not SYNTHETIC.exists(), reason=f"public trace not present at {SYNTHETIC}")
+def test_mooncake_synthetic_trace_reuse_matches_the_paper() -> None:
+    """The paper's Table 2 gives a cache ratio of about 66% for its synthetic trace."""
+    from kvtier.counterfactual.public import reuse_shares
+
+    unbounded, lru_3m = reuse_shares(str(SYNTHETIC), 512, [10**15, 3_000_000])
+    assert unbounded == pytest.approx(0.66, abs=0.04)
+    assert lru_3m < unbounded

@@ -106,3 +106,58 @@ rule cf_numbers:
         ANALYSIS_ENV
     script:
         "../scripts/counterfactual_numbers.py"
+
+
+# ---- opt-in: public traces (config counterfactual.public_traces.activate) ----
+import re
+
+PUBLIC = CF["public_traces"]
+PUBLIC_ON = str(PUBLIC["activate"]).lower() == "true"
+TRACE_PATHS = {name: f"{PUBLIC['dir']}/{t['file']}" for name, t in PUBLIC["traces"].items()}
+TRACE_BY_FILE = {t["file"]: t for t in PUBLIC["traces"].values()}
+if PUBLIC_ON:
+    NUMBERS.append("results/numbers/cf_public.json")
+
+
+rule download_trace:
+    message:
+        "Download the public trace {wildcards.path} and check its sha256"
+    output:
+        trace=f"{PUBLIC['dir']}/{{path}}",
+    wildcard_constraints:
+        path="|".join(re.escape(t["file"]) for t in PUBLIC["traces"].values()),
+    params:
+        url=lambda wc: TRACE_BY_FILE[wc.path]["url"],
+        sha256=lambda wc: TRACE_BY_FILE[wc.path]["sha256"],
+    log:
+        "logs/download_trace/{path}.log",
+    conda:
+        ANALYSIS_ENV
+    shell:
+        "(curl -fsSL {params.url:q} -o {output.trace:q}.part"
+        " && echo '{params.sha256}  {output.trace}.part' | sha256sum -c -"
+        " && mv {output.trace:q}.part {output.trace:q}) > {log:q} 2>&1"
+
+
+rule cf_public:
+    message:
+        "Counterfactual (opt-in): validate the simulator on the public Mooncake traces"
+    input:
+        code=PACKAGE_CODE,
+        traces=list(TRACE_PATHS.values()),
+    output:
+        numbers="results/numbers/cf_public.json",
+    params:
+        names=list(TRACE_PATHS),
+        sha256=[t["sha256"] for t in PUBLIC["traces"].values()],
+        block_tokens=PUBLIC["mooncake_block_tokens"],
+        lru_tokens=PUBLIC["lru_tokens"],
+        paper=PUBLIC["paper_unbounded_share"],
+    log:
+        "logs/cf_public.log",
+    benchmark:
+        "results/benchmarks/cf_public.tsv"
+    conda:
+        ANALYSIS_ENV
+    script:
+        "../scripts/counterfactual_public.py"
