@@ -60,7 +60,7 @@ def test_html_links_each_number_to_its_provenance(tmp_path: Path) -> None:
     out = r.render("t.j2")
     assert out.startswith('<a class="num" href="#n-prod.restores.count"')
     assert ">517</a> restores" in out
-    assert r.used == {"prod.restores.count": "517"}
+    assert r.used == {"prod.restores.count": ["517"]}
     assert _renderer(tmp_path, "{{ n.prod.restores.count | count }}").render("t.j2") == "517"
 
 

@@ -150,8 +150,41 @@ def check_claim(c: Claim, registry: dict[str, Number]) -> dict[str, Any]:
     return row
 
 
-def check_all(claims: list[Claim], registry: dict[str, Number]) -> pd.DataFrame:
-    return pd.DataFrame([check_claim(c, registry) for c in claims])
+def _as_printed(text: str) -> tuple[float, int] | list[float] | None:
+    try:
+        value, decimals, _ = parse_printed(text)
+    except ValueError:
+        return None
+    return value, decimals
+
+
+def text_check(c: Claim, printed: dict[str, dict[str, list[str]]]) -> str:
+    """Does the rendered document print this number as the published text does?
+
+    'as published' when one of the texts rendered for the key shows the same number with the
+    same digits; 'printed as …' when it shows it otherwise; 'not printed' when the document
+    never prints the key (the claim is then checked against the registry only)."""
+    texts = printed.get(c.doc, {}).get(c.key, [])
+    if not texts:
+        return "not printed"
+    if "," in c.printed and " and " in c.printed:  # a list such as "9, 8, 7 and 6"
+        want = NUMBER_RE.findall(c.printed.replace(" and ", ", "))
+        return "as published" if any(NUMBER_RE.findall(t.replace(" and ", ", ")) == want for t in texts) else f"printed as {texts[0]}"
+    want = _as_printed(c.printed)
+    for t in texts:
+        if want is not None and _as_printed(t) == want:
+            return "as published"
+    return "printed as " + " / ".join(texts)
+
+
+def check_all(claims: list[Claim], registry: dict[str, Number],
+              printed: dict[str, dict[str, list[str]]] | None = None) -> pd.DataFrame:
+    rows = []
+    for c in claims:
+        row = check_claim(c, registry)
+        row["in_text"] = text_check(c, printed) if printed is not None else ""
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def report_markdown(table: pd.DataFrame) -> str:
@@ -163,18 +196,33 @@ def report_markdown(table: pd.DataFrame) -> str:
         "",
         "Summary: " + ", ".join(f"{counts.get(s, 0)} {s}" for s in ("pass", "fail", "not yet computed")),
         "",
-        "| id | doc | where | printed | recomputed | tolerance | key | status |",
-        "|---|---|---|---|---|---|---|---|",
+        "The last column says whether the rebuilt document prints the number with the published digits "
+        "(its text is rendered from the registry, so this checks the templates' formatting too).",
+        "",
+        "In the rebuilt text: " + ", ".join(f"{n} {k}" for k, n in _text_counts(table).items()),
+        "",
+        "| id | doc | where | printed | recomputed | tolerance | key | status | in the rebuilt text |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in table.itertuples(index=False):
-        lines.append(f"| {r.id} | {r.doc} | {r.where} | {r.printed} | {r.recomputed} | {r.tolerance} | `{r.key}` | {r.status} |")
+        lines.append(f"| {r.id} | {r.doc} | {r.where} | {r.printed} | {r.recomputed} | {r.tolerance} | `{r.key}` | {r.status} | {r.in_text} |")
     return "\n".join(lines) + "\n"
 
 
-def write_report(claims_yaml: str | Path, numbers: list[str], out_md: str | Path, out_csv: str | Path) -> pd.DataFrame:
+def _text_counts(table: pd.DataFrame) -> dict[str, int]:
+    kinds = table["in_text"].map(lambda v: "printed differently" if str(v).startswith("printed as") else (v or "unchecked"))
+    return {k: int(n) for k, n in kinds.value_counts().items()}
+
+
+def write_report(claims_yaml: str | Path, numbers: list[str], out_md: str | Path, out_csv: str | Path,
+                 printed: dict[str, str | Path] | None = None) -> pd.DataFrame:
+    """printed: per document ('note', 'lab'), the JSON of texts its rendering printed per key."""
+    import json
+
     from .numbers import atomic_write_text, load_registry
 
-    table = check_all(load_claims(claims_yaml), load_registry(numbers))
+    texts = {doc: json.loads(Path(p).read_text(encoding="utf-8")) for doc, p in (printed or {}).items()}
+    table = check_all(load_claims(claims_yaml), load_registry(numbers), texts if printed is not None else None)
     atomic_write_text(out_csv, table.to_csv(index=False))
     atomic_write_text(out_md, report_markdown(table))
     return table

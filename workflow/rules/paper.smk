@@ -56,6 +56,8 @@ rule claims_report:
         code=PACKAGE_CODE,
         numbers=numbers_files,
         claims=config["claims"],
+        note_printed="results/rendered/note.used.json",
+        lab_printed="results/rendered/lab.used.json",
     output:
         md="results/claims.md",
         csv="results/claims.csv",

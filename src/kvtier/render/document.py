@@ -60,14 +60,14 @@ def _inputs_context(entries: dict[str, Entry]) -> dict[str, Any]:
     }
 
 
-def provenance_table(used: dict[str, str], ledger: dict) -> str:
+def provenance_table(used: dict[str, list[str]], ledger: dict) -> str:
     """The HTML appendix every printed number links to."""
     rows = []
     for key in sorted(used):
         e = ledger["numbers"].get(key, {})
         raw = "<br>".join(f'{html.escape(r["path"])} <code>{r["sha256"][:12]}</code> ({r["class"]})' for r in e.get("raw", []))
         rows.append(
-            f'<tr id="n-{html.escape(key)}"><td><code>{html.escape(key)}</code></td><td>{html.escape(used[key])}</td>'
+            f'<tr id="n-{html.escape(key)}"><td><code>{html.escape(key)}</code></td><td>{html.escape(" / ".join(used[key]))}</td>'
             f'<td>{html.escape(str(e.get("value", "")))} {html.escape(e.get("unit", ""))}</td>'
             f'<td><code>{html.escape(e.get("rule", ""))}</code><br><small>{html.escape(e.get("rule_at", ""))}</small></td>'
             f'<td><small>{html.escape(e.get("script", ""))}</small></td><td><small>{raw}</small></td></tr>'
@@ -91,8 +91,8 @@ def render_document(
     out_md: str | Path,
     out_html: str | Path,
     title: str,
-) -> dict[str, str]:
-    """Render both outputs; returns the keys printed and their text (for the tests and the ledger)."""
+) -> dict[str, list[str]]:
+    """Render both outputs; returns each printed key with its texts (for the claims check and tests)."""
     ctx = {"stamp": stamp, **_inputs_context(entries)}
     md = Renderer(templates, registry, "md", figures, ctx).render(template)
     atomic_write_text(out_md, md)
@@ -110,7 +110,7 @@ def render_document(
 RESERVED_INPUTS = {"numbers", "ledger", "manifest", "template_files", "code"}
 
 
-def render_from_snakemake(smk: Any, templates: str = "paper/templates", page_template: str = "page.html.j2") -> dict[str, str]:
+def render_from_snakemake(smk: Any, templates: str = "paper/templates", page_template: str = "page.html.j2") -> dict[str, list[str]]:
     """The render rules' body: every named input that is not a registry file is a figure."""
     import json
     from importlib.metadata import version

@@ -58,7 +58,7 @@ class Renderer:
         self.registry = registry
         self.figures = figures or {}
         self.figure_base = figure_base
-        self.used: dict[str, str] = {}
+        self.used: dict[str, list[str]] = {}
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(str(templates)),
             undefined=jinja2.StrictUndefined,
@@ -86,7 +86,9 @@ class Renderer:
                 raise TypeError(f"filter {name!r} got {value!r}: templates may print only registry numbers")
             v = value.value if name == "seq" else float(value.value)  # type: ignore[arg-type]
             text = fn(v, value.unit, *args, **kw)
-            self.used[value.key] = text
+            seen = self.used.setdefault(value.key, [])
+            if text not in seen:
+                seen.append(text)
             if self.mode == "md":
                 return text
             title = f"{value.key} = {value.value} {value.unit} (rule {value.rule})"
