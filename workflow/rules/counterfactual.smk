@@ -125,7 +125,7 @@ rule download_trace:
     output:
         trace=f"{PUBLIC['dir']}/{{path}}",
     wildcard_constraints:
-        path="|".join(re.escape(t["file"]) for t in PUBLIC["traces"].values()),
+        path="|".join(re.escape(t["file"]) for t in PUBLIC["traces"].values() if t["file"].endswith(".jsonl")),
     params:
         url=lambda wc: TRACE_BY_FILE[wc.path]["url"],
         sha256=lambda wc: TRACE_BY_FILE[wc.path]["sha256"],
@@ -145,6 +145,7 @@ rule cf_public:
     input:
         code=PACKAGE_CODE,
         traces=list(TRACE_PATHS.values()),
+        fit="results/counterfactual/workload_fit.json",
     output:
         numbers="results/numbers/cf_public.json",
     params:

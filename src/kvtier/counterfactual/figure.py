@@ -28,12 +28,12 @@ def figure2(sweeps: pd.DataFrame, gpu_tokens: int, op_pool_blocks: int, block_to
         ax.axvline(op_ratio, color="0.4", linestyle=":", linewidth=1)
         ax.set_xlabel("RAM pool size / GPU pool size")
         ax.grid(alpha=0.3)
-    a.annotate("the note's server", xy=(op_ratio, a.get_ylim()[1]), xytext=(4, -12), textcoords="offset points",
-               fontsize=8, color="0.3")
+    a.annotate("the note's server", xy=(op_ratio, 0.04), xycoords=("data", "axes fraction"), xytext=(4, 0),
+               textcoords="offset points", fontsize=8, color="0.3")
     a.set_ylabel("GPU misses served by the pool (%)")
     b.set_ylabel("modelled prefill saved (minutes)")
     a.set_title("(a) share of misses served", fontsize=10, loc="left")
     b.set_title("(b) cold reads avoided", fontsize=10, loc="left")
-    a.legend(fontsize=8, frameon=False)
+    a.legend(fontsize=8, frameon=False, loc="center right")
     fig.savefig(out, format="svg", metadata={"Date": None})
     plt.close(fig)

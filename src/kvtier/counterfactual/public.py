@@ -26,11 +26,31 @@ def reuse_shares(path: str, block_tokens: int, capacities_tokens: list[int]) -> 
     return np.minimum(hits * block_tokens, tokens[:, None]).sum(axis=0) / tokens.sum()
 
 
+def agentic_replay(path: str, block_tokens: int, gpu_tokens: int, pool_blocks: int, seed: int) -> dict[str, float]:
+    """The public agentic sessions (kv-cache-tester) at the note's operating point."""
+    from .replay import Config, replay
+
+    w = traces.kv_cache_tester(path, block_tokens, seed=seed)
+    r = replay(w, Config(gpu_tokens, pool_blocks, "write_through"))
+    total = float(r["tokens"].sum())
+    pool, computed = float(r["pool"].sum()), float(r["computed"].sum())
+    return {"share_gpu": float(r["gpu"].sum()) / total, "share_pool": pool / total, "share_computed": computed / total,
+            "pool_share_of_misses": pool / (pool + computed) if pool + computed else 0.0, "requests": float(len(r))}
+
+
 def mooncake_validation(paths: dict[str, str], sha256: dict[str, str], block_tokens: int, lru_tokens: int,
-                        writer: NumbersWriter) -> None:
+                        writer: NumbersWriter, operating_point: tuple[int, int, int] | None = None, seed: int = 0) -> None:
+    """Mooncake traces against the paper; kv-cache-tester sessions at the operating point
+    (GPU tokens, pool blocks, block tokens) when given."""
     for name, path in paths.items():
         if sha256_of(path) != sha256[name]:
             raise RawRecordError(path, f"sha256 differs from the pinned {sha256[name][:12]}…: not the published trace")
+        if path.endswith(".tgz"):
+            if operating_point is not None:
+                gpu_tokens, pool_blocks, op_block = operating_point
+                for k, v in agentic_replay(path, op_block, gpu_tokens, pool_blocks, seed).items():
+                    writer.add(f"cf.public.{name}.{k}", v, "count" if k == "requests" else "fraction", inputs=[path])
+            continue
         unbounded, lru = reuse_shares(path, block_tokens, [UNBOUNDED, lru_tokens])
         writer.add(f"cf.public.{name}.unbounded_share", unbounded, "fraction", inputs=[path])
         writer.add(f"cf.public.{name}.lru_share", lru, "fraction", inputs=[path],

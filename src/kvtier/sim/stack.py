@@ -144,10 +144,18 @@ def _flat_positions(requests: Sequence[Request]) -> tuple[np.ndarray, np.ndarray
     seen = last >= 0
     t = times[last[seen]]
     qs = q[seen]
-    k = np.searchsorted(pair_n, qs, side="left")  # pairs re-touched before the request starts
-    nested = k - _count_leq_in_prefix(pair_s, k, t)  # ... whose first touch came after t
+    # Blocks of one request last touched at t and t + 1 share the count: the touch at t + 1 is the
+    # last before q (of a block this request looks up), so it is never a pair ending before q.
+    # Runs of such neighbours (a previous turn's blocks, touched one after another) need one query.
+    rs = req[seen]
+    step = np.diff(t)
+    head = np.ones(len(t), dtype=bool)
+    head[1:] = (rs[1:] != rs[:-1]) | (np.abs(step) > 1)
+    run = np.cumsum(head) - 1
+    k = np.searchsorted(pair_n, qs[head], side="left")  # pairs re-touched before the request starts
+    nested = k - _count_leq_in_prefix(pair_s, k, t[head])  # ... whose first touch came after t
     pos_time = np.full(total, COLD, dtype=np.int64)
-    pos_time[seen] = (qs - t - 1) - nested
+    pos_time[seen] = (qs - t - 1) - nested[run]
     # back to prompt order: block j of request r was touched at index offsets[r] + n[r] - 1 - j
     i = np.arange(total, dtype=np.int64)
     return pos_time[2 * offsets[req] + n[req] - 1 - i], offsets
@@ -237,15 +245,17 @@ def vllm_hits_by_capacity(requests: Sequence[Request], capacities: Sequence[int]
     # every request's positions sorted and lifted, so one searchsorted counts those below a depth
     keys, starts = _segment_keys(flat, offsets, n, top)
     ordered = np.sort(keys)
-    lift = np.arange(R, dtype=np.int64) * (top + 1)
-    added = (n + np.fromiter((r.unique for r in requests), dtype=np.int64, count=R)).tolist()
-    room = caps[None, :] - np.fromiter((r.scratch for r in requests), dtype=np.int64, count=R)[:, None]
+    lift = (np.arange(R, dtype=np.int64) * (top + 1)).tolist()
+    # blocks a request adds, less the count of its positions below the depth (offset by its start)
+    added = (n + np.fromiter((r.unique for r in requests), dtype=np.int64, count=R) + starts[:-1]).tolist()
+    # depths outside [0, top] count the same positions as the bounds: keeps the loop free of clipping
+    room = np.clip(caps[None, :] - np.fromiter((r.scratch for r in requests), dtype=np.int64, count=R)[:, None],
+                   0, top)
     depth = np.zeros((R, len(caps)), dtype=np.int64)
     size = np.zeros(len(caps), dtype=np.int64)
-    search, clip, minimum = np.searchsorted, np.clip, np.minimum
-    for i in range(R):
+    search, minimum = np.searchsorted, np.minimum
+    for i, row in enumerate(room):
         depth[i] = size
-        resident = search(ordered, clip(size, 0, top) + lift[i], side="left") - starts[i]
-        size = minimum(size + (added[i] - resident), room[i])
+        size = minimum(size + added[i] - search(ordered, size + lift[i]), row)
     max_hit = np.minimum(np.maximum(np.fromiter((r.max_hit for r in requests), dtype=np.int64, count=R), 0), n)
     return _leading_hits(flat, offsets, max_hit, depth, top)
