@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import json
 import tarfile
 from pathlib import Path
@@ -16,7 +17,7 @@ from kvtier.sim.stack import hits_by_capacity, stack_positions
 from kvtier.workloads import regroup, traces
 from kvtier.workloads.base import SCOPE_SHIFT, vllm_request
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "traces"
+SHARED = Path(os.environ.get("KVTIER_TRACES", Path(__file__).resolve().parents[2] / "shared" / "traces"))
 MOONCAKE = SHARED / "mooncake" / "conversation_trace.jsonl"
 
 
@@ -76,7 +77,7 @@ def test_mooncake_bad_line_names_file_and_line(tmp_path: Path) -> None:
         traces.mooncake(bad)
 
 
-@pytest.mark.skipif(not MOONCAKE.exists(), reason=f"public trace not present at {MOONCAKE}")
+@pytest.mark.skipif(not MOONCAKE.exists(), reason=f"public trace not present at {MOONCAKE} (set KVTIER_TRACES)")
 def test_mooncake_validation_against_the_paper() -> None:
     """Mooncake (FAST'25) reports a cache ratio of about 40% for the conversation trace with an
     unbounded cache, and a local cache of 3M tokens reaching less than half of that."""
@@ -95,7 +96,7 @@ def test_mooncake_validation_against_the_paper() -> None:
 SYNTHETIC = SHARED / "mooncake" / "synthetic_trace.jsonl"
 
 
-@pytest.mark.skipif(not SYNTHETIC.exists(), reason=f"public trace not present at {SYNTHETIC}")
+@pytest.mark.skipif(not SYNTHETIC.exists(), reason=f"public trace not present at {SYNTHETIC} (set KVTIER_TRACES)")
 def test_mooncake_synthetic_trace_reuse_matches_the_paper() -> None:
     """The paper's Table 2 gives a cache ratio of about 66% for its synthetic trace."""
     from kvtier.counterfactual.public import reuse_shares

@@ -127,3 +127,61 @@ def test_chunked_and_parallel_parsing_agree_with_one_pass(monkeypatch, tmp_path)
     bad.write_text("\n".join(lines) + "\n")
     with pytest.raises(RawRecordError, match=rf"server.log:{k + 1}: stats line in no known vLLM format"):
         read_server_log(bad, 2026, workers=2)
+
+
+def test_layout_path_agrees_with_the_regex_path(monkeypatch, tmp_path):
+    """Stats lines are matched once per digit layout; forcing the per-line regex gives the same table."""
+    odd = [V029.replace("812.3", "-0.0").replace("85.2%", "nan%"), V033.replace("pid=5150", "pid=7"), DP,
+           V011.replace("12.5", "123456789012.25"), V025.replace("21:36:42", "21:36:42.123")]
+    p = write(tmp_path, [V025, V011, V029, V033] + odd)
+    fast, replica = read_server_log(p, 2026).stats, read_server_log(REPLICA_LOG, 2026).stats
+    import kvtier.production.vllmlog as V
+    monkeypatch.setattr(V, "MAX_LAYOUTS", 0)
+    slow = read_server_log(p, 2026).stats
+    assert fast.equals(slow) and replica.equals(read_server_log(REPLICA_LOG, 2026).stats)
+    assert fast["prompt_tps"].iloc[4] == 0.0 and np.signbit(fast["prompt_tps"].iloc[4])
+    assert np.isnan(fast["prefix_hit_pct"].iloc[4]) and fast["gen_tps"].iloc[7] == 123456789012.25
+
+
+def test_fixed_width_numbers_equal_float():
+    """Digits -> int64 -> one division by a power of ten rounds like float(text)."""
+    from kvtier.production.vllmlog import _fixed_numbers
+    rng = np.random.default_rng(7)
+    for width, frac in ((1, 0), (4, 1), (6, 1), (9, 3), (15, 7), (16, 2)):
+        texts = [("-" if rng.random() < 0.2 else "") + "".join(rng.choice(list("0123456789"), width)) for _ in range(300)]
+        texts = [t[: len(t) - frac] + "." + t[len(t) - frac:] if frac else t for t in texts]
+        for layout in {t.translate(str.maketrans("123456789", "000000000")) for t in texts}:
+            group = [t for t in texts if t.translate(str.maketrans("123456789", "000000000")) == layout]
+            field = np.frombuffer("".join(group).encode(), np.uint8).reshape(len(group), -1)
+            assert _fixed_numbers(field, layout.encode()).tolist() == [float(t) for t in group]
+
+
+@pytest.mark.parametrize("value, error", [
+    ("1e999", r"server.log:3: vllm:kv_offload_load_bytes is 1e999: reports must be finite"),
+    ("NaN", r"server.log:3: vllm:kv_offload_load_bytes is NaN: reports must be finite"),
+    ("null", r"server.log:3: vllm:kv_offload_load_bytes: not a number: 'null'"),
+    ("true", r"server.log:3: vllm:kv_offload_load_bytes: not a number: 'true'"),
+    ("12, vllm:kv_offload_load_bytes=13", r"server.log:3: key 'vllm:kv_offload_load_bytes' appears twice"),
+])
+def test_transfer_values_json_would_take_are_refused_with_their_line(tmp_path, value, error):
+    """The bulk json.loads must not accept what parse_transfer refuses (JSON reads null, NaN, 1e999)."""
+    bad = FLAT.replace("vllm:kv_offload_load_bytes=94371840", "vllm:kv_offload_load_bytes=" + value)
+    with pytest.raises(RawRecordError, match=error):
+        read_server_log(write(tmp_path, [V025, FLAT, bad, FLAT]), 2026)
+
+
+def test_escaped_key_and_generations_mixed_across_lines(tmp_path):
+    escaped = LEGACY.replace("GPU_to_CPU_total_bytes", "GPU_to_CPU_total_byte\\u0073")
+    with pytest.raises(RawRecordError, match=r"server.log:2: KV Transfer item 'GPU_to_CPU_total_byte\\\\u0073=.* is neither"):
+        read_server_log(write(tmp_path, [V025, escaped]), 2026)
+    with pytest.raises(RawRecordError, match=r"server.log:4: KV Transfer reports mix key generations"):
+        read_server_log(write(tmp_path, [V025, FLAT, V029, LEGACY]), 2026)
+
+
+def test_impossible_dates_and_non_ascii_digits_name_the_line(tmp_path):
+    feb30 = V029.replace("07-14 21:37:02", "02-30 21:37:02")
+    with pytest.raises(RawRecordError, match=r"server.log:2: bad timestamp '02-30 21:37:02'"):
+        read_server_log(write(tmp_path, [V025, feb30]), 2026)
+    arabic = V029.replace("Running: 6 reqs", "Running: \u0666 reqs")
+    with pytest.raises(RawRecordError, match=r"server.log:2: stats line in no known vLLM format"):
+        read_server_log(write(tmp_path, [V025, arabic]), 2026)

@@ -19,9 +19,15 @@ WINDOW = 10
 EXCLUDED = {"references.md.j2"}
 
 
+def _literals(expr: re.Match) -> str:
+    """Keep the prose inside a Jinja expression (a figure caption) and drop its code."""
+    return " ".join(re.findall(r'"([^"]*)"', expr.group(0)))
+
+
 def words(text: str) -> list[str]:
     text = re.sub(r"(?m)^#.*$", " ", text)
-    text = re.sub(r"\{#.*?#\}|\{%.*?%\}|\{\{.*?\}\}", " ", text, flags=re.S)
+    text = re.sub(r"\{\{.*?\}\}", _literals, text, flags=re.S)
+    text = re.sub(r"\{#.*?#\}|\{%.*?%\}", " ", text, flags=re.S)
     text = re.sub(r"<[^>]+>|[*_`#|>\[\]()]", " ", text)
     return re.findall(r"[a-z]+(?:'[a-z]+)?", text.lower())
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
+from .errors import ManifestError
 from .manifest import verify_files
 from .numbers import NumbersWriter
 
@@ -35,7 +36,12 @@ def begin(snakemake: Any) -> logging.Logger:
     log = logging.getLogger(f"kvtier.{snakemake.rule}")
     raw = raw_inputs(_paths(snakemake.input))
     if raw:
-        verify_files(raw, MANIFEST)
+        try:
+            verify_files(raw, MANIFEST)
+        except ManifestError as e:
+            # the rule's log has it too, but a changed raw file must be seen without opening logs
+            print(f"kvtier: {e}", file=sys.__stderr__, flush=True)
+            raise
         log.info("verified %d raw input(s) against %s", len(raw), MANIFEST)
     return log
 

@@ -57,6 +57,8 @@ def restore_histogram(restores: pd.DataFrame, edges: list[float], model: ColdRea
 
 
 def _k(x: float) -> str:
+    if x == 0:
+        return "0"
     return f"{x / 1e6:g}M" if x >= 1e6 else f"{x / 1e3:g}K"
 
 

@@ -17,6 +17,7 @@ new segment; the ten-second reports are per-interval deltas, so segments add up 
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import math
 import os
@@ -165,13 +166,26 @@ def _facts(message: str, path: str, line: int) -> dict[str, Any]:
     raise RawRecordError(path, "startup line not in a known format (truncated?)", line=line, record=message)
 
 
-def _times(ts: list[bytes] | list[str], lines: list[int], year: int, path: str) -> np.ndarray:
-    """'MM-DD HH:MM:SS' -> datetime64[s], the year from metadata; December -> January rolls over."""
-    if not ts:
+def _times(ts: np.ndarray, lines: np.ndarray, year: int, path: str) -> np.ndarray:
+    """'MM-DD HH:MM:SS' (bytes, checked by the line regexes) -> datetime64[s], the year from
+    metadata; December -> January rolls over. Computed from the digits with numpy; a date that
+    arithmetic cannot vouch for (month 13, 02-30, second 60) goes to pandas, which names the line."""
+    if not len(ts):
         return np.array([], dtype="datetime64[s]")
+    d = np.ascontiguousarray(ts, dtype="S14").view(np.uint8).reshape(-1, 14).astype(np.int64) - 48
+    month, day, hour, minute, second = (d[:, i] * 10 + d[:, i + 1] for i in (0, 3, 6, 9, 12))
+    roll = np.concatenate([[0], np.cumsum((month[:-1] == 12) & (month[1:] == 1))])
+    first = ((year + roll - 1970) * 12 + month - 1).astype("datetime64[M]").astype("datetime64[D]")
+    days = (((year + roll - 1970) * 12 + month).astype("datetime64[M]").astype("datetime64[D]") - first).astype(np.int64)
+    ok = (month >= 1) & (month <= 12) & (day >= 1) & (day <= days) & (hour < 24) & (minute < 60) & (second < 60)
+    if not ok.all():
+        return _times_by_pandas([t.decode("ascii", "replace") for t in ts.tolist()], lines, year, path)
+    return (first + (day - 1)).astype("datetime64[s]") + (hour * 3600 + minute * 60 + second)
+
+
+def _times_by_pandas(ts: list[str], lines: np.ndarray, year: int, path: str) -> np.ndarray:
+    """The reference conversion: pandas parses each 'YYYY-MM-DD HH:MM:SS' and names a bad one."""
     text = pd.Series(ts)
-    if isinstance(ts[0], bytes):
-        text = text.str.decode("ascii")
     months = pd.to_numeric(text.str[:2], errors="coerce").to_numpy()
     roll = np.concatenate([[0], np.cumsum((months[:-1] == 12) & (months[1:] == 1))])
     years = (year + roll).astype(str)
@@ -179,7 +193,7 @@ def _times(ts: list[bytes] | list[str], lines: list[int], year: int, path: str) 
     bad = parsed.isna().to_numpy()
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
-        raise RawRecordError(path, f"bad timestamp {text.iloc[i]!r}", line=lines[i])
+        raise RawRecordError(path, f"bad timestamp {text.iloc[i]!r}", line=int(lines[i]))
     return parsed.to_numpy().astype("datetime64[s]")
 
 
@@ -222,9 +236,7 @@ class _ChunkError(Exception):
 def _parse_span(path: str, start: int, end: int) -> dict[str, Any]:
     """Parse one byte range; line numbers are local (1 = the range's first line).
 
-    Split into lines once; pick the report lines by substring tests; then one regex findall
-    for all stats lines and one json.loads for all transfer reports (see _transfer_rows).
-    Returns numpy columns, cheap to send back from a worker process.
+    Returns numpy columns, cheap to send back from a worker process (see _parse_chunk).
     """
     with open(path, "rb") as f:
         f.seek(start)
@@ -236,51 +248,132 @@ def _parse_span(path: str, start: int, end: int) -> dict[str, Any]:
 
 
 def _parse_chunk(chunk: bytes, path: str) -> dict[str, Any]:
+    """One chunk in bulk, with no Python object for the lines the analysis skips.
+
+    Newlines are found by numpy, the report lines by one C-level split per marker; only those
+    lines are cut out. Stats lines are checked once per layout (_stats_columns), transfer
+    reports by one findall and one json.loads (_transfer_columns).
+    """
     if b"\x1b" in chunk:
         chunk = ANSI.sub(b"", chunk)
     if b"\r" in chunk:
         chunk = chunk.replace(b"\r\n", b"\n")
-    lines = chunk.split(b"\n")
+    nl = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
+    starts = np.concatenate([np.zeros(1, np.int64), nl + 1])  # line i is chunk[starts[i]:ends[i]]
+    ends = np.append(nl, len(chunk))
+    s_idx = _marker_lines(chunk, b"] Engine ", nl)
     if b" Engines Aggregated: " in chunk:
-        s_idx = [i for i, ln in enumerate(lines) if b"] Engine " in ln or b" Engines Aggregated: " in ln]
-    else:
-        s_idx = [i for i, ln in enumerate(lines) if b"] Engine " in ln]
-    x_idx = [i for i, ln in enumerate(lines) if b"] KV Transfer metrics: " in ln]
-    out: dict[str, Any] = {"n_lines": len(lines) - (1 if chunk.endswith(b"\n") else 0), "bytes": len(chunk)}
-    s_num = np.array(s_idx, dtype=np.int64) + 1
-    rows = _stats_rows([lines[i] for i in s_idx], s_num.tolist(), path) if s_idx else []
-    out["stats_line"] = s_num
-    cols = list(zip(*rows)) if rows else [[] for _ in STATS_LINE_GROUPS]
-    by = dict(zip(STATS_LINE_GROUPS, cols))
-    out["stats_ts"] = np.array(by["ts"], dtype="U14")
-    out["stats_device"] = np.array(by["device"], dtype="U8")
-    out["stats_pid"] = _floats(list(by["pid"])) if rows else np.array([], float)
-    for col in STATS_COLUMNS:
-        out["stats_" + col] = _floats(list(by[col])) if rows else np.array([], float)
-    x_num = np.array(x_idx, dtype=np.int64) + 1
-    out["xfer_line"] = x_num
-    dicts, gens = _transfer_rows([lines[i] for i in x_idx], x_num.tolist(), path) if x_idx else ([], set())
+        s_idx = np.union1d(s_idx, _marker_lines(chunk, b" Engines Aggregated: ", nl))
+    x_idx = _marker_lines(chunk, b"] KV Transfer metrics: ", nl)
+    out: dict[str, Any] = {"n_lines": len(nl) + (0 if chunk.endswith(b"\n") else 1), "bytes": len(chunk)}
+    out["stats_line"] = s_idx + 1
+    stats = _stats_columns(_cut(chunk, starts, ends, s_idx), s_idx + 1, path)
+    out.update({"stats_" + k: v for k, v in stats.items()})
+    out["xfer_line"] = x_idx + 1
+    xfer, gens = _transfer_columns(_cut(chunk, starts, ends, x_idx), x_idx + 1, path)
     out["xfer_gens"] = gens
-    frame = pd.DataFrame.from_records(dicts) if dicts else pd.DataFrame({"@ts": []})
-    out["xfer_ts"] = frame["@ts"].to_numpy(dtype="U14")
-    for key in frame.columns.intersection(list(KEYS)):
-        col = frame[key]
-        if not pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
-            bad = int(np.flatnonzero(~col.map(lambda v: type(v) in (int, float) or v is None).to_numpy())[0])
-            raise RawRecordError(path, f"{key}={col.iloc[bad]!r} is not a number", line=int(x_num[bad]))
-        out["xfer_" + KEYS[key][0]] = col.to_numpy(dtype=float)
-    out["facts"] = _fact_lines(chunk)
+    out.update({"xfer_" + k: v for k, v in xfer.items()})
+    out["facts"] = _fact_lines(chunk, nl)
     return out
 
 
-def _stats_rows(lines: list[bytes], numbers: list[int], path: str) -> list[tuple]:
-    """All stats lines of a chunk matched in one C-level findall; on a mismatch, find the line."""
-    found = STATS_LINE.findall(b"\n".join(lines).decode("utf-8", "replace"))
-    if len(found) == len(lines):
-        return found
-    for raw, line in zip(lines, numbers):
-        text = raw.decode("utf-8", "replace")
-        if STATS_LINE.match(text) is None:
+def _marker_lines(chunk: bytes, marker: bytes, nl: np.ndarray) -> np.ndarray:
+    """0-based numbers of the lines that hold `marker`: its offsets come from the piece lengths of
+    one bytes.split (C speed, unlike a Python test per line), the line from the newline offsets."""
+    pieces = chunk.split(marker)
+    if len(pieces) == 1:
+        return np.zeros(0, np.int64)
+    lens = np.fromiter(map(len, pieces), np.int64, len(pieces) - 1) + len(marker)
+    offsets = np.cumsum(lens) - len(marker)
+    return np.unique(np.searchsorted(nl, offsets))  # a marker holds no newline; unique: twice in a line
+
+
+def _cut(chunk: bytes, starts: np.ndarray, ends: np.ndarray, idx: np.ndarray) -> list[bytes]:
+    """The lines numbered `idx` (0-based), without their newline."""
+    return [chunk[a:b] for a, b in zip(starts[idx].tolist(), ends[idx].tolist())]
+
+
+ZERO_DIGITS = bytes.maketrans(b"0123456789", b"0000000000")
+STATS_LINE_B = re.compile(STATS_LINE.pattern.encode(), re.M)  # bytes: \d is ASCII only
+STATS_NUMERIC = ["pid", *STATS_COLUMNS]
+MAX_LAYOUTS = 4096  # more distinct layouts than this per chunk: the regex over every line is cheaper
+
+
+def _stats_columns(lines: list[bytes], numbers: np.ndarray, path: str) -> dict[str, np.ndarray]:
+    """Stats lines to columns, each distinct layout matched once instead of every line.
+
+    A line's layout is the line with every digit turned to '0'. STATS_LINE has no literal digit
+    and every character class in it holds all ten digits or none, so a line matches iff its
+    layout does, with the same group spans: one match per layout vouches for all its lines and
+    says where each field sits. Fields are then read column-wise with numpy (_fixed_numbers).
+    A chunk holds a few dozen layouts (field widths vary little); with very many, each line
+    goes through the regex instead (_stats_columns_by_regex).
+    """
+    n = len(lines)
+    out: dict[str, np.ndarray] = {c: np.full(n, np.nan) for c in STATS_NUMERIC}
+    out["ts"] = np.zeros(n, dtype="S14")
+    out["device"] = np.zeros(n, dtype="U8")
+    if not n:
+        return out
+    joined = b"\n".join(lines)
+    layouts: dict[bytes, int] = {}
+    codes = np.fromiter((layouts.setdefault(s, len(layouts)) for s in joined.translate(ZERO_DIGITS).split(b"\n")),
+                        np.int64, n)
+    if len(layouts) > MAX_LAYOUTS:
+        return _stats_columns_by_regex(lines, numbers, path)
+    data = np.frombuffer(joined, dtype=np.uint8)
+    step = np.fromiter(map(len, lines), np.int64, n) + 1
+    begin = np.cumsum(step) - step  # where each line starts in `joined`
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(layouts) + 1))
+    for layout, k in layouts.items():
+        m = STATS_LINE_B.fullmatch(layout)
+        if m is None:
+            _raise_stats_error(lines, numbers, path)
+        rows = order[bounds[k]:bounds[k + 1]]
+        at = begin[rows]
+        a, b = m.span("ts")
+        out["ts"][rows] = np.ascontiguousarray(data[at[:, None] + np.arange(a, b)]).view("S14").ravel()
+        out["device"][rows] = m.group("device").decode()
+        for col in STATS_NUMERIC:
+            a, b = m.span(col)
+            if a >= 0:
+                out[col][rows] = _fixed_numbers(data[at[:, None] + np.arange(a, b)], layout[a:b])
+    return out
+
+
+def _fixed_numbers(field: np.ndarray, layout: bytes) -> np.ndarray:
+    """Rows of ASCII bytes laid out alike ('-00.0', '000', 'nan') to floats, equal to float(text):
+    the digits make an exact int64, and one IEEE division by an exact power of ten rounds once,
+    as a correctly rounded decimal parse does."""
+    if layout in (b"nan", b"inf"):
+        return np.full(len(field), float(layout))
+    digits = [i for i, c in enumerate(layout) if c == 48]
+    if len(digits) > 15:  # beyond 2**53: let numpy parse the text
+        return np.fromstring(b" ".join(bytes(r) for r in field), sep=" ")
+    whole = (field[:, digits].astype(np.int64) - 48) @ (10 ** np.arange(len(digits) - 1, -1, -1, dtype=np.int64))
+    dot = layout.find(b".")
+    value = whole / (10.0 ** (len(layout) - 1 - dot)) if dot >= 0 else whole.astype(float)
+    return -value if layout.startswith(b"-") else value
+
+
+def _stats_columns_by_regex(lines: list[bytes], numbers: np.ndarray, path: str) -> dict[str, np.ndarray]:
+    """The general path: all stats lines matched in one C-level findall."""
+    found = STATS_LINE_B.findall(b"\n".join(lines))
+    if len(found) != len(lines):
+        _raise_stats_error(lines, numbers, path)
+    by = dict(zip(STATS_LINE_GROUPS, zip(*found)))
+    out = {c: _floats([v.decode() for v in by[c]]) for c in STATS_NUMERIC}
+    out["ts"] = np.array(by["ts"], dtype="S14")
+    out["device"] = np.array([v.decode() for v in by["device"]], dtype="U8")
+    return out
+
+
+def _raise_stats_error(lines: list[bytes], numbers: np.ndarray, path: str) -> None:
+    """Name the first stats line that does not match, and why."""
+    for raw, line in zip(lines, numbers.tolist()):
+        if STATS_LINE_B.fullmatch(raw) is None:
+            text = raw.decode("utf-8", "replace")
             m = PREFIX.match(text)
             if m is None:
                 raise RawRecordError(path, "log record without the vLLM prefix '(Proc pid=N) LEVEL MM-DD HH:MM:SS [file:line]'",
@@ -290,40 +383,87 @@ def _stats_rows(lines: list[bytes], numbers: list[int], path: str) -> list[tuple
     raise AssertionError("stats lines matched one by one but not together")
 
 
-def _transfer_rows(lines: list[bytes], numbers: list[int], path: str) -> tuple[list[dict], set[str]]:
-    """All transfer reports of a chunk, parsed by one json.loads: a regex substitution turns each
-    line into '{"@ts":"MM-DD HH:MM:SS","k=v, k=v}', and 'k=v, ' is JSON once '=' becomes '":'
-    and ', ' becomes ',"'. Anything rejected is re-read line by line to name the bad line."""
-    joined = b"\n".join(lines)
-    subbed, n = XFER_LINE.subn(rb'{"@ts":"\1","\2}', joined)
-    if n != len(lines):
-        for raw, line in zip(lines, numbers):
+NOT_A_JSON_NUMBER = re.compile(rb'":(?:[^-0-9]|-[^0-9])')  # null, true, "x", NaN, Infinity, [..], a space
+
+
+def _transfer_columns(lines: list[bytes], numbers: np.ndarray, path: str) -> tuple[dict[str, np.ndarray], set[str]]:
+    """All transfer reports of a chunk: one findall checks the lines and cuts timestamp and body;
+    'k=v, k=v' is JSON once '=' becomes '":' and ', ' becomes ',"', so one json.loads reads all
+    bodies. Only reports JSON reads exactly as parse_transfer would (plain finite numbers, known
+    or skipped keys, no key twice, one key generation) are taken from it; any other chunk is
+    re-read line by line by parse_transfer, which names the bad line."""
+    if not lines:
+        return {"ts": np.zeros(0, dtype="S14")}, set()
+    found = XFER_LINE.findall(b"\n".join(lines))
+    if len(found) != len(lines):
+        for raw, line in zip(lines, numbers.tolist()):
             if XFER_LINE.fullmatch(raw) is None:
                 raise RawRecordError(path, "KV Transfer line without the vLLM prefix", line=line, record=raw.decode("utf-8", "replace"))
+    ts, bodies = zip(*found)
+    out = {"ts": np.array(ts, dtype="S14")}
+    cols = _transfer_bulk(bodies)
+    if cols is None:
+        cols = _transfer_by_line(bodies, numbers, path)
+    out.update(cols[0])
+    return out, cols[1]
+
+
+def _transfer_bulk(bodies: tuple[bytes, ...]) -> tuple[dict[str, np.ndarray], set[str]] | None:
+    """The report bodies as columns through one json.loads, or None where JSON might read a body
+    otherwise than parse_transfer (then the caller goes line by line)."""
+    text = b'[{"' + b'},{"'.join(bodies).replace(b"=", b'":').replace(b", ", b',"') + b'}]'
+    if b"\\" in text or NOT_A_JSON_NUMBER.search(text):
+        return None
     try:
-        text = b"[" + subbed.replace(b"=", b'":').replace(b", ", b',"').replace(b"\n", b",") + b"]"
         dicts = json.loads(text)
-        keys = set().union(*dicts) if dicts else set()
-        unknown = {k for k in keys if k not in KEYS and k != "@ts" and not k.startswith("vllm:")}
-        gens = {KEYS[k][1] for k in keys if k in KEYS}
-        if not unknown and len(gens) <= 1 and text.count(b'":') == sum(map(len, dicts)):
-            return dicts, gens
-    except (ValueError, TypeError):
-        pass
-    for raw, line in zip(lines, numbers):
-        body = XFER_LINE.fullmatch(raw).group(2).decode("utf-8", "replace")  # type: ignore[union-attr]
-        parse_transfer("KV Transfer metrics: " + body, path, line)
-    raise RawRecordError(path, "KV Transfer reports mix key generations (<=0.21 and 0.25+)", line=numbers[0])
+    except ValueError:
+        return None
+    keys = set().union(*dicts)
+    if any(k not in KEYS and not k.startswith("vllm:") for k in keys):
+        return None
+    gens = {KEYS[k][1] for k in keys if k in KEYS}
+    sizes = np.fromiter(map(len, dicts), np.int64, len(dicts))
+    if len(gens) > 1 or text.count(b'":') != int(sizes.sum()):  # a key twice in one report: dict keeps one
+        return None
+    slot = {k: i for i, k in enumerate(sorted(keys))}
+    total = int(sizes.sum())
+    values = np.fromiter(itertools.chain.from_iterable(map(dict.values, dicts)), float, total)
+    where = np.fromiter(map(slot.__getitem__, itertools.chain.from_iterable(dicts)), np.int64, total)
+    table = np.full((len(slot), len(dicts)), np.nan)
+    table[where, np.repeat(np.arange(len(dicts)), sizes)] = values
+    if np.isinf(values).any():  # 1e999
+        return None
+    return {KEYS[k][0]: table[i] for k, i in slot.items() if k in KEYS}, gens
 
 
-def _fact_lines(chunk: bytes) -> list[tuple[int, bytes]]:
-    """Startup lines (local line number, text). They follow a "non-default args" line within a
-    few minutes, so the other markers are only looked for in a window after each of those
-    (and at the very start of a chunk, for logs whose first run began before it)."""
+def _transfer_by_line(bodies: tuple[bytes, ...], numbers: np.ndarray, path: str) -> tuple[dict[str, np.ndarray], set[str]]:
+    """parse_transfer on every report: the reference reading, and the error naming the line."""
+    rows, gens, first = [], [], {}
+    for body, line in zip(bodies, numbers.tolist()):
+        gen, values = parse_transfer("KV Transfer metrics: " + body.decode("utf-8", "replace"), path, line)
+        rows.append(values)
+        if values:
+            gens.append(gen)
+            first.setdefault(gen, line)
+    if len(first) > 1:
+        raise RawRecordError(path, "KV Transfer reports mix key generations (<=0.21 and 0.25+)", line=max(first.values()))
+    names = set().union(*rows)
+    return {c: np.array([r.get(c, np.nan) for r in rows], dtype=float) for c in names}, set(first)
+
+
+def _fact_lines(chunk: bytes, nl: np.ndarray) -> list[tuple[int, bytes]]:
+    """Startup lines (local line number, text), once per marker found. They follow a
+    "non-default args" line within a few minutes, so the other markers are only looked for in a
+    window after each of those (and at the very start of a chunk, for logs whose first run began
+    before it); overlapping windows are merged so that no byte is searched twice."""
     windows = [(0, min(len(chunk), 1 << 20))]
     pos = chunk.find(FACT_MARKERS[0])
     while pos >= 0:
-        windows.append((max(0, pos - 4096), min(len(chunk), pos + (1 << 20))))
+        lo, hi = max(0, pos - 4096), min(len(chunk), pos + (1 << 20))
+        if lo <= windows[-1][1]:
+            windows[-1] = (windows[-1][0], max(hi, windows[-1][1]))
+        else:
+            windows.append((lo, hi))
         pos = chunk.find(FACT_MARKERS[0], pos + 1)
     hits = set()
     for lo, hi in windows:
@@ -332,14 +472,11 @@ def _fact_lines(chunk: bytes) -> list[tuple[int, bytes]]:
             while pos >= 0:
                 hits.add(pos)
                 pos = chunk.find(marker, pos + 1, hi)
-    out, prev, line = [], 0, 1
-    for pos in sorted(hits):
-        start = chunk.rfind(b"\n", 0, pos) + 1
-        line += chunk.count(b"\n", prev, start)
-        prev = start
-        end = chunk.find(b"\n", pos)
-        out.append((line, chunk[start: end if end >= 0 else len(chunk)]))
-    return out
+    found = np.array(sorted(hits), dtype=np.int64)
+    idx = np.searchsorted(nl, found)  # 0-based line of each hit
+    starts = np.where(idx > 0, nl[np.clip(idx - 1, 0, None)] + 1, 0) if len(nl) else np.zeros(len(idx), np.int64)
+    ends = np.where(idx < len(nl), nl[np.clip(idx, None, len(nl) - 1)], len(chunk)) if len(nl) else np.full(len(idx), len(chunk))
+    return [(i + 1, chunk[a:b]) for i, a, b in zip(idx.tolist(), starts.tolist(), ends.tolist())]
 
 
 def read_server_log(path: str | Path, year: int, workers: int | None = None) -> ServerLog:
@@ -397,7 +534,7 @@ def read_server_log(path: str | Path, year: int, workers: int | None = None) -> 
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
             raise RawRecordError(p, f"non-finite {col} in a stats line", line=int(stats["line"].iloc[i]))
-    stats["time"] = _times(cat("stats_ts", "U14").tolist(), stats["line"].tolist(), year, p)
+    stats["time"] = _times(cat("stats_ts", "S14"), stats["line"].to_numpy(), year, p)
 
     xfers = pd.DataFrame({"line": np.concatenate([r["xfer_line"] + b for b, r in zip(bases, results)])
                           if results else np.array([], np.int64)})
@@ -411,7 +548,7 @@ def read_server_log(path: str | Path, year: int, workers: int | None = None) -> 
             xfers[name] = np.concatenate([r.get("xfer_" + name, np.full(len(r["xfer_line"]), np.nan)) for r in results])
         else:
             xfers[name] = np.nan
-    xfers["time"] = _times(cat("xfer_ts", "U14").tolist(), xfers["line"].tolist(), year, p)
+    xfers["time"] = _times(cat("xfer_ts", "S14"), xfers["line"].to_numpy(), year, p)
     return ServerLog(p, stats, xfers, segments, gens.pop() if gens else "none", int(sum(r["bytes"] for r in results)))
 
 

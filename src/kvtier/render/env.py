@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 import jinja2
+import markdown
 from markupsafe import Markup
 
 from ..numbers import Number
@@ -79,13 +80,15 @@ class Renderer:
         )
 
     def _wrap(self, name: str, fn: Callable[..., str]) -> Callable[..., Markup | str]:
-        def filt(value: Any, *args: Any, **kw: Any) -> Markup | str:
+        def filt(value: Any, *args: Any, cap: bool = False, **kw: Any) -> Markup | str:
             if isinstance(value, jinja2.Undefined):
                 value._fail_with_undefined_error()  # type: ignore[attr-defined]
             if not isinstance(value, Number):
                 raise TypeError(f"filter {name!r} got {value!r}: templates may print only registry numbers")
             v = value.value if name == "seq" else float(value.value)  # type: ignore[arg-type]
             text = fn(v, value.unit, *args, **kw)
+            if cap:  # sentence start: capitalise the word itself, not the link around it
+                text = text[:1].upper() + text[1:]
             seen = self.used.setdefault(value.key, [])
             if text not in seen:
                 seen.append(text)
@@ -105,6 +108,7 @@ class Renderer:
         path = Path(self.figures[name])
         if self.mode == "md":
             return f"![{name}]({self.figure_base}/{path.name})\n\n{caption}\n"
+        caption = Markup(markdown.markdown(caption).removeprefix("<p>").removesuffix("</p>"))
         mime = {".svg": "image/svg+xml", ".png": "image/png"}[path.suffix]
         data = base64.b64encode(path.read_bytes()).decode()
         return Markup(

@@ -244,7 +244,7 @@ def vllm_hits_by_capacity(requests: Sequence[Request], capacities: Sequence[int]
     top = len(flat) + int(sum(r.unique for r in requests)) + 1  # above every real position
     # every request's positions sorted and lifted, so one searchsorted counts those below a depth
     keys, starts = _segment_keys(flat, offsets, n, top)
-    ordered = np.sort(keys)
+    ordered = np.sort(keys, kind="stable")  # timsort: positions mostly ascend along a prompt already
     lift = (np.arange(R, dtype=np.int64) * (top + 1)).tolist()
     # blocks a request adds, less the count of its positions below the depth (offset by its start)
     added = (n + np.fromiter((r.unique for r in requests), dtype=np.int64, count=R) + starts[:-1]).tolist()

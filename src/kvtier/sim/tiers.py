@@ -15,8 +15,11 @@ id of its last block, which identifies the whole prefix up to it.
 
 from __future__ import annotations
 
+import gc
+from collections import deque
 from dataclasses import dataclass
-from itertools import chain
+from itertools import chain, repeat
+from operator import itemgetter
 from typing import Iterable, Literal
 
 from .lru import LRUTier
@@ -79,6 +82,8 @@ class TieredCache:
         on_evict = self._store_evicted if (self.cpu is not None and policy == "store_on_evict") else None
         self.gpu = LRUTier(gpu_blocks, on_evict=on_evict)
         self._unique = 0
+        self._write_through = policy == "write_through"
+        self._store_on_evict = on_evict is not None
 
     def _store_evicted(self, key: int) -> None:
         # vLLM evicts a prefix tail first, so when a chunk's last block goes, the chunk is still whole.
@@ -86,58 +91,151 @@ class TieredCache:
             self._chunk_ends.discard(key)
             self.cpu.touch_in_order((key,))  # type: ignore[union-attr]
 
+    def _store_evicted_batch(self, victims: list[int]) -> None:
+        """`_store_evicted` for every victim of one GPU trim, in order, with one CPU update.
+
+        Storing them one by one trims the CPU tier after each; when none of them is resident
+        there, inserting all and trimming once evicts the same entries in the same order. A
+        victim already resident could be evicted and stored again on the way, so then one by one.
+        """
+        ends = self._chunk_ends
+        stored = list(filter(ends.__contains__, victims))
+        if not stored:
+            return
+        ends.difference_update(stored)
+        cpu = self.cpu
+        entries = cpu._entries  # type: ignore[union-attr]
+        if entries.keys().isdisjoint(stored):
+            deque(map(entries.__setitem__, stored, repeat(None)), maxlen=0)
+            cpu._trim()  # type: ignore[union-attr]
+        else:  # LRUTier.touch_in_order((key,)) for each, without a call per key
+            move, cap = entries.move_to_end, cpu.capacity  # type: ignore[union-attr]
+            for key in stored:
+                if key in entries:
+                    move(key)
+                else:
+                    entries[key] = None
+                    if len(entries) > cap:
+                        cpu._trim()  # type: ignore[union-attr]
+
     def access(self, req: Request) -> Outcome:
-        """Serve one request and update both tiers."""
-        blocks, B, k = req.blocks, self.block_tokens, self.chunk_blocks
-        g = self.gpu.prefix_hits(blocks, req.max_hit)
+        """Serve one request and update both tiers.
+
+        The hot path of every replay: the tiers' dict operations are inlined here (same steps
+        as LRUTier.prefix_hits / touch / touch_in_order) because per-call overhead, not the dict
+        work, dominated at a few dozen blocks a request.
+        """
+        blocks, max_hit, tokens = req.blocks, req.max_hit, req.tokens
+        gpu = self.gpu
+        gent = gpu._entries
+        n = len(blocks)
+        head = blocks if max_hit >= n else blocks[:max_hit]
+        if head and head[0] in gent:  # most lookups miss at once; skip building the flags then
+            flags = list(map(gent.__contains__, head))
+            try:
+                g = flags.index(False)
+            except ValueError:
+                g = len(flags)
+        else:
+            g = 0
         loaded = chunks = 0
         cpu = self.cpu
         if cpu is not None:
+            k = self.chunk_blocks
             keys = blocks[k - 1::k]
-            if g < req.max_hit and self.flavor == "vllm":
-                start = g // k  # the scheduler looks up from the first chunk not computed locally
-                c = cpu.prefix_hits(keys[start:])
-                if c:
-                    cpu.touch(reversed(keys[start:start + c]))
-                    reach = min((start + c) * k, req.max_hit)
-                    if reach > g:
-                        loaded = reach - g
-                        chunks = c
-                if self.policy == "write_through":
-                    cpu.touch_in_order(keys[start + c:])
-            elif g < req.max_hit:  # rule 1: a full GPU hit never reaches the CPU tier
-                c = cpu.prefix_hits(keys)
-                if c:
-                    cpu.touch(keys[:c])
-                    reach = min(c * k, req.max_hit)
-                    if reach > g:  # rule 2: load what the CPU holds beyond the GPU prefix
-                        loaded = reach - g
-                        chunks = c - g // k
-                if self.policy == "write_through":  # rule 3: computed chunks go to the CPU at once
-                    cpu.touch_in_order(keys[c:])
-            if self.policy == "store_on_evict":
+            if g < max_hit:  # rule 1: a full GPU hit never reaches the CPU tier
+                cent = cpu._entries
+                if self.flavor == "vllm":
+                    start = g // k  # the scheduler looks up from the first chunk not computed locally
+                    rest = keys[start:] if start else keys
+                    flags = list(map(cent.__contains__, rest))  # as LRUTier.prefix_hits
+                    c = flags.index(False) if False in flags else len(flags)
+                    if c:
+                        deque(map(cent.move_to_end, reversed(rest[:c])), maxlen=0)
+                        reach = min((start + c) * k, max_hit)
+                        if reach > g:
+                            loaded = reach - g
+                            chunks = c
+                else:
+                    rest = keys
+                    flags = list(map(cent.__contains__, keys))
+                    c = flags.index(False) if False in flags else len(flags)
+                    if c:
+                        deque(map(cent.move_to_end, keys[:c]), maxlen=0)
+                        reach = min(c * k, max_hit)
+                        if reach > g:  # rule 2: load what the CPU holds beyond the GPU prefix
+                            loaded = reach - g
+                            chunks = c - g // k
+                if self._write_through:  # rule 3: computed chunks go to the CPU at once
+                    new = rest[c:] if c else rest
+                    # none of them resident (the flags say so; touching the hits moved none in or
+                    # out): insert as LRUTier.touch_in_order does, without its copy and check
+                    if flags.count(True) == c:
+                        deque(map(cent.__setitem__, new, repeat(None)), maxlen=0)
+                        excess = len(cent) - cpu.capacity
+                        if excess > 0:
+                            if cpu.on_evict is None:
+                                cpu.evictions += excess
+                                deque(map(cent.popitem, repeat(False, excess)), maxlen=0)
+                            else:
+                                cpu._trim()
+                    else:
+                        cpu.touch_in_order(new)
+            if self._store_on_evict:
                 self._chunk_ends.update(keys)
-        cached = g + loaded
-        hit_tokens = min(cached * B, req.tokens)
-        gpu_tokens = min(g * B, req.tokens)
-        self._place_on_gpu(req, g)
-        return Outcome(req.label, req.tokens, gpu_tokens, hit_tokens - gpu_tokens, req.tokens - hit_tokens, g, chunks)
-
-    def _place_on_gpu(self, req: Request, hits: int) -> None:
-        # vLLM frees a request tail first: hashed blocks go to the end of the free queue in that
-        # order (unique generated blocks, then the prompt blocks from last to first), unhashed
-        # ones to its front, where they are reused before any cached block is evicted.
-        first = self._unique - 1
-        self._unique -= req.unique
-        blocks = req.blocks
+        hit_tokens = min((g + loaded) * self.block_tokens, tokens)
+        gpu_tokens = min(g * self.block_tokens, tokens)
+        # Place on the GPU. vLLM frees a request tail first: hashed blocks go to the end of the
+        # free queue in that order (unique generated blocks, then the prompt blocks from last to
+        # first), unhashed ones to its front, where they are reused before any cached block is
+        # evicted. The hit prefix is touched after the rest, from its last block to its first.
+        u = req.unique
+        missed = reversed(blocks[g:] if g else blocks)
+        if u:
+            first = self._unique - 1
+            self._unique -= u
+            missed = chain(range(first, first - u, -1), missed)
         # A prefix's resident part is a prefix (see lru.py), so past a missing block nothing is
-        # resident; only a hit capped by max_hit can leave resident blocks behind it.
-        absent = hits < req.max_hit or req.max_hit == len(blocks)
-        self.gpu.touch_in_order(chain(range(first, self._unique - 1, -1), reversed(blocks[hits:])),
-                                blocks[hits - 1::-1] if hits else (), reserve=req.scratch, absent=absent)
+        # resident; only a hit capped by max_hit can leave resident blocks behind it. Setting keys
+        # one by one keeps the first of repeated ones where it is, as dict.fromkeys does.
+        if g < max_hit or max_hit == n:
+            deque(map(gent.__setitem__, missed, repeat(None)), maxlen=0)
+        else:
+            fresh = dict.fromkeys(missed)
+            if gent.keys().isdisjoint(fresh):
+                gent.update(fresh)
+            else:
+                move = gent.move_to_end
+                for b in fresh:
+                    if b in gent:
+                        move(b)
+                    else:
+                        gent[b] = None
+        if g:
+            deque(map(gent.move_to_end, blocks[g - 1::-1]), maxlen=0)
+        limit = gpu.capacity - req.scratch  # room kept free for the request's unhashed blocks
+        excess = len(gent) - (limit if limit > 0 else 0)
+        if excess > 0:
+            if self._store_on_evict and gpu.on_evict is not None:
+                gpu.evictions += excess
+                self._store_evicted_batch(list(map(itemgetter(0), map(gent.popitem, repeat(False, excess)))))
+            elif gpu.on_evict is None:
+                gpu.evictions += excess
+                deque(map(gent.popitem, repeat(False, excess)), maxlen=0)
+            else:
+                gpu._trim(limit)
+        return Outcome(req.label, tokens, gpu_tokens, hit_tokens - gpu_tokens, tokens - hit_tokens, g, chunks)
 
     def replay(self, requests: Iterable[Request]) -> list[Outcome]:
-        return [self.access(r) for r in requests]
+        """`access` for each request in order. The cyclic garbage collector is paused meanwhile:
+        a replay allocates millions of short-lived tuples and no cycles, and its passes cost ~5%."""
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            return list(map(self.access, requests))
+        finally:
+            if paused:
+                gc.enable()
 
 
 def gpu_blocks_for(cache_tokens: int, block_tokens: int, null_blocks: int = 1) -> int:
