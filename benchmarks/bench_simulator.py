@@ -73,7 +73,7 @@ def main() -> int:
             row["libcachesim_equal"] = ref == [o.gpu_blocks for o in single]
         check = "" if args.no_check else f"  libCacheSim {row['libcachesim_hits']:,} ({'equal' if row['libcachesim_equal'] else 'DIFFERENT'})"
         print(f"GPU {gpu:>7,} blocks, CPU {cpu_chunks:,} chunks: hits {hits:>9,}{check}\n"
-              f"    single tier                  {w1 / 1e6:5.2f} M lookups/s wall, {c1 / 1e6:5.2f} M/s CPU time")
+              f"    {'single tier':<33}{w1 / 1e6:5.2f} M lookups/s wall, {c1 / 1e6:5.2f} M/s CPU time")
         for flavor in args.flavors:
             for policy in args.policies:
                 w2, c2, two = best_rate(lambda: TieredCache(gpu, block_tokens, cpu_chunks=cpu_chunks, policy=policy,

@@ -127,6 +127,7 @@ def _flat_positions(requests: Sequence[Request]) -> tuple[np.ndarray, np.ndarray
     same = ids[order[1:]] == ids[order[:-1]]
     prev = np.full(total, -1, dtype=np.int64)
     prev[order[1:][same]] = order[:-1][same]
+    del ids, order, same  # peak memory: the pass holds a dozen arrays of one entry per block
     # a query sees the last touch before its request: skip touches of the same request (a block
     # listed twice)
     q = clock[req]
@@ -141,6 +142,7 @@ def _flat_positions(requests: Sequence[Request]) -> tuple[np.ndarray, np.ndarray
     has_prev = prev >= 0
     pair_n = times[has_prev]
     pair_s = times[prev[has_prev]]
+    del has_prev, prev
     seen = last >= 0
     t = times[last[seen]]
     qs = q[seen]

@@ -216,13 +216,14 @@ class TieredCache:
         limit = gpu.capacity - req.scratch  # room kept free for the request's unhashed blocks
         excess = len(gent) - (limit if limit > 0 else 0)
         if excess > 0:
-            if self._store_on_evict and gpu.on_evict is not None:
-                gpu.evictions += excess
-                self._store_evicted_batch(list(map(itemgetter(0), map(gent.popitem, repeat(False, excess)))))
-            elif gpu.on_evict is None:
+            on_evict = gpu.on_evict
+            if on_evict is None:
                 gpu.evictions += excess
                 deque(map(gent.popitem, repeat(False, excess)), maxlen=0)
-            else:
+            elif self._store_on_evict and on_evict == self._store_evicted:
+                gpu.evictions += excess
+                self._store_evicted_batch(list(map(itemgetter(0), map(gent.popitem, repeat(False, excess)))))
+            else:  # a caller's own callback: one call per victim, as LRUTier does
                 gpu._trim(limit)
         return Outcome(req.label, tokens, gpu_tokens, hit_tokens - gpu_tokens, tokens - hit_tokens, g, chunks)
 
