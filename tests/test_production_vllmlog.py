@@ -134,11 +134,11 @@ def test_layout_path_agrees_with_the_regex_path(monkeypatch, tmp_path):
     odd = [V029.replace("812.3", "-0.0").replace("85.2%", "nan%"), V033.replace("pid=5150", "pid=7"), DP,
            V011.replace("12.5", "123456789012.25"), V025.replace("21:36:42", "21:36:42.123")]
     p = write(tmp_path, [V025, V011, V029, V033] + odd)
-    fast, replica = read_server_log(p, 2026).stats, read_server_log(REPLICA_LOG, 2026).stats
+    fast, replica = read_server_log(p, 2026).stats, read_server_log(REPLICA_LOG, 2026)
     import kvtier.production.vllmlog as V
     monkeypatch.setattr(V, "MAX_LAYOUTS", 0)
-    slow = read_server_log(p, 2026).stats
-    assert fast.equals(slow) and replica.equals(read_server_log(REPLICA_LOG, 2026).stats)
+    slow, again = read_server_log(p, 2026).stats, read_server_log(REPLICA_LOG, 2026)
+    assert fast.equals(slow) and replica.stats.equals(again.stats) and replica.transfers.equals(again.transfers)
     assert fast["prompt_tps"].iloc[4] == 0.0 and np.signbit(fast["prompt_tps"].iloc[4])
     assert np.isnan(fast["prefix_hit_pct"].iloc[4]) and fast["gen_tps"].iloc[7] == 123456789012.25
 
@@ -185,3 +185,13 @@ def test_impossible_dates_and_non_ascii_digits_name_the_line(tmp_path):
     arabic = V029.replace("Running: 6 reqs", "Running: \u0666 reqs")
     with pytest.raises(RawRecordError, match=r"server.log:2: stats line in no known vLLM format"):
         read_server_log(write(tmp_path, [V025, arabic]), 2026)
+
+
+@pytest.mark.parametrize("prefix", ["(APIServer pid=5150) INFO 07-14 21:36:42 [metrics.py:108] x",
+                                    "(APIServer pid=5150 INFO 07-14 21:36:42 [metrics.py:108",
+                                    "INFO 7-14 21:36:42 [metrics.py:108"])
+def test_transfer_line_with_a_bad_prefix_names_the_line(tmp_path, prefix):
+    """Transfer prefixes are checked once per digit layout; a bad one is still found and named."""
+    bad = prefix + LEGACY[LEGACY.index("] KV Transfer metrics: "):]
+    with pytest.raises(RawRecordError, match=r"server.log:3: KV Transfer line without the vLLM prefix"):
+        read_server_log(write(tmp_path, [V025, LEGACY, bad]), 2026)

@@ -6,10 +6,13 @@ stats line of 0.11 to 0.33 ("GPU"/"CPU"/device KV cache usage; Deferred, KV fetc
 External prefix cache hit rate only when present), and "KV Transfer metrics:" in both key
 generations (GPU_to_CPU_total_bytes... up to 0.21, vllm:kv_offload_* from 0.25).
 
-The file is read in large byte chunks. Each chunk is split into lines once, the report lines are
-picked out by substring tests, and then parsed in bulk: one regex findall for all stats lines,
-one json.loads for all transfer reports (a 'k=v, k=v' report is JSON once quoted); only when a
-bulk parse fails are lines re-read one by one to name the bad one. Timestamps carry no year: it comes from the run's metadata, and a step from
+The file is read in large byte chunks, and no Python object is made for a line the analysis
+skips: numpy finds the newlines, a literal regex the report markers, and only report lines are
+cut out. Stats lines and transfer prefixes are checked once per digit layout (the line with its
+digits turned to '0', see _stats_columns) and their fields read column-wise with numpy; the
+transfer bodies go through one json.loads (a 'k=v, k=v' report is JSON once quoted). Where a
+bulk step cannot vouch for its input, lines are re-read one by one to name the bad one.
+Timestamps carry no year: it comes from the run's metadata, and a step from
 December to January moves to the next year. Restarts (a new "non-default args" line) open a
 new segment; the ten-second reports are per-interval deltas, so segments add up directly.
 """
@@ -52,8 +55,9 @@ PREFIX_TEXT = (r"(?:\((?P<proc>[^)\n]*?) pid=(?P<pid>\d+)\) )?(?P<level>DEBUG|IN
 PREFIX = re.compile(PREFIX_TEXT)
 STATS_LINE = re.compile("^" + PREFIX_TEXT + STATS.pattern[1:], re.M)  # whole lines, a chunk's worth at once
 STATS_LINE_GROUPS = sorted(STATS_LINE.groupindex, key=STATS_LINE.groupindex.get)
-XFER_LINE = re.compile(rb"^(?:\([^)\n]*? pid=\d+\) )?[A-Z]+ (\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? \[[^\]\n]*\] "
-                       rb"KV Transfer metrics: ([^\n]*)$", re.M)
+XFER_PREFIX = re.compile(rb"(?:\([^)\n]*? pid=\d+\) )?[A-Z]+ (\d\d-\d\d \d\d:\d\d:\d\d)(?:[.,]\d+)? \[[^\]\n]*")
+XFER_MARKER = b"] KV Transfer metrics: "
+XFER_LINE = re.compile(b"^" + XFER_PREFIX.pattern + re.escape(XFER_MARKER) + rb"([^\n]*)$", re.M)
 FACT_MARKERS = (b"non-default args: ", b" KV cache size: ", b"Available KV cache memory: ", b"Model loading took ",
                 b"Created mmap file ", b"Using max model len ", b"vLLM API server version ")
 STATS_COLUMNS = ["prompt_tps", "gen_tps", "running", "waiting", "deferred", "preemptions", "kv_usage_pct",
@@ -251,8 +255,8 @@ def _parse_chunk(chunk: bytes, path: str) -> dict[str, Any]:
     """One chunk in bulk, with no Python object for the lines the analysis skips.
 
     Newlines are found by numpy, the report lines by one C-level split per marker; only those
-    lines are cut out. Stats lines are checked once per layout (_stats_columns), transfer
-    reports by one findall and one json.loads (_transfer_columns).
+    lines are cut out. Stats lines and transfer prefixes are checked once per digit layout
+    (_stats_columns, _transfer_columns); transfer bodies go through one json.loads.
     """
     if b"\x1b" in chunk:
         chunk = ANSI.sub(b"", chunk)
@@ -261,36 +265,36 @@ def _parse_chunk(chunk: bytes, path: str) -> dict[str, Any]:
     nl = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
     starts = np.concatenate([np.zeros(1, np.int64), nl + 1])  # line i is chunk[starts[i]:ends[i]]
     ends = np.append(nl, len(chunk))
-    s_idx = _marker_lines(chunk, b"] Engine ", nl)
+    s_idx = _marker_lines(chunk, b"] Engine ", nl)[0]
     if b" Engines Aggregated: " in chunk:
-        s_idx = np.union1d(s_idx, _marker_lines(chunk, b" Engines Aggregated: ", nl))
-    x_idx = _marker_lines(chunk, b"] KV Transfer metrics: ", nl)
+        s_idx = np.union1d(s_idx, _marker_lines(chunk, b" Engines Aggregated: ", nl)[0])
+    x_idx, x_at = _marker_lines(chunk, XFER_MARKER, nl)
     out: dict[str, Any] = {"n_lines": len(nl) + (0 if chunk.endswith(b"\n") else 1), "bytes": len(chunk)}
     out["stats_line"] = s_idx + 1
     stats = _stats_columns(_cut(chunk, starts, ends, s_idx), s_idx + 1, path)
     out.update({"stats_" + k: v for k, v in stats.items()})
     out["xfer_line"] = x_idx + 1
-    xfer, gens = _transfer_columns(_cut(chunk, starts, ends, x_idx), x_idx + 1, path)
+    xfer, gens = _transfer_columns(chunk, starts[x_idx], x_at, ends[x_idx], x_idx + 1, path)
     out["xfer_gens"] = gens
     out.update({"xfer_" + k: v for k, v in xfer.items()})
     out["facts"] = _fact_lines(chunk, nl)
     return out
 
 
-def _marker_lines(chunk: bytes, marker: bytes, nl: np.ndarray) -> np.ndarray:
-    """0-based numbers of the lines that hold `marker`: its offsets come from the piece lengths of
-    one bytes.split (C speed, unlike a Python test per line), the line from the newline offsets."""
-    pieces = chunk.split(marker)
-    if len(pieces) == 1:
-        return np.zeros(0, np.int64)
-    lens = np.fromiter(map(len, pieces), np.int64, len(pieces) - 1) + len(marker)
-    offsets = np.cumsum(lens) - len(marker)
-    return np.unique(np.searchsorted(nl, offsets))  # a marker holds no newline; unique: twice in a line
+def _marker_lines(chunk: bytes, marker: bytes, nl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """0-based numbers of the lines that hold `marker`, and where its first copy in each starts.
+    A literal regex finds the copies at memchr-like speed, unlike a Python test per line; the
+    line of each comes from the newline offsets (a marker holds no newline)."""
+    offsets = np.fromiter((m.start() for m in re.finditer(re.escape(marker), chunk)), np.int64)
+    lines, first = np.unique(np.searchsorted(nl, offsets), return_index=True)
+    return lines, offsets[first]
 
 
-def _cut(chunk: bytes, starts: np.ndarray, ends: np.ndarray, idx: np.ndarray) -> list[bytes]:
-    """The lines numbered `idx` (0-based), without their newline."""
-    return [chunk[a:b] for a, b in zip(starts[idx].tolist(), ends[idx].tolist())]
+def _cut(chunk: bytes, starts: np.ndarray, ends: np.ndarray, idx: np.ndarray | None = None) -> list[bytes]:
+    """chunk[starts[i]:ends[i]] for each i (in idx): lines, or parts of lines."""
+    if idx is not None:
+        starts, ends = starts[idx], ends[idx]
+    return [chunk[a:b] for a, b in zip(starts.tolist(), ends.tolist())]
 
 
 ZERO_DIGITS = bytes.maketrans(b"0123456789", b"0000000000")
@@ -315,22 +319,14 @@ def _stats_columns(lines: list[bytes], numbers: np.ndarray, path: str) -> dict[s
     out["device"] = np.zeros(n, dtype="U8")
     if not n:
         return out
-    joined = b"\n".join(lines)
-    layouts: dict[bytes, int] = {}
-    codes = np.fromiter((layouts.setdefault(s, len(layouts)) for s in joined.translate(ZERO_DIGITS).split(b"\n")),
-                        np.int64, n)
-    if len(layouts) > MAX_LAYOUTS:
+    grouped = _layout_groups(lines)
+    if grouped is None:
         return _stats_columns_by_regex(lines, numbers, path)
-    data = np.frombuffer(joined, dtype=np.uint8)
-    step = np.fromiter(map(len, lines), np.int64, n) + 1
-    begin = np.cumsum(step) - step  # where each line starts in `joined`
-    order = np.argsort(codes, kind="stable")
-    bounds = np.searchsorted(codes[order], np.arange(len(layouts) + 1))
-    for layout, k in layouts.items():
+    data, begin, groups = grouped
+    for layout, rows in groups:
         m = STATS_LINE_B.fullmatch(layout)
         if m is None:
             _raise_stats_error(lines, numbers, path)
-        rows = order[bounds[k]:bounds[k + 1]]
         at = begin[rows]
         a, b = m.span("ts")
         out["ts"][rows] = np.ascontiguousarray(data[at[:, None] + np.arange(a, b)]).view("S14").ravel()
@@ -340,6 +336,23 @@ def _stats_columns(lines: list[bytes], numbers: np.ndarray, path: str) -> dict[s
             if a >= 0:
                 out[col][rows] = _fixed_numbers(data[at[:, None] + np.arange(a, b)], layout[a:b])
     return out
+
+
+def _layout_groups(lines: list[bytes]) -> tuple[np.ndarray, np.ndarray, list[tuple[bytes, np.ndarray]]] | None:
+    """The lines' bytes joined (as uint8), where each line starts in them, and the lines grouped
+    by layout (digits turned to '0'): [(layout, row numbers)]. None when there are more than
+    MAX_LAYOUTS layouts, where one regex match per line is the cheaper check."""
+    joined = b"\n".join(lines)
+    layouts: dict[bytes, int] = {}
+    codes = np.fromiter((layouts.setdefault(s, len(layouts)) for s in joined.translate(ZERO_DIGITS).split(b"\n")),
+                        np.int64, len(lines))
+    if len(layouts) > MAX_LAYOUTS:
+        return None
+    step = np.fromiter(map(len, lines), np.int64, len(lines)) + 1
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(layouts) + 1))
+    groups = [(layout, order[bounds[k]:bounds[k + 1]]) for layout, k in layouts.items()]
+    return np.frombuffer(joined, dtype=np.uint8), np.cumsum(step) - step, groups
 
 
 def _fixed_numbers(field: np.ndarray, layout: bytes) -> np.ndarray:
@@ -386,26 +399,50 @@ def _raise_stats_error(lines: list[bytes], numbers: np.ndarray, path: str) -> No
 NOT_A_JSON_NUMBER = re.compile(rb'":(?:[^-0-9]|-[^0-9])')  # null, true, "x", NaN, Infinity, [..], a space
 
 
-def _transfer_columns(lines: list[bytes], numbers: np.ndarray, path: str) -> tuple[dict[str, np.ndarray], set[str]]:
-    """All transfer reports of a chunk: one findall checks the lines and cuts timestamp and body;
-    'k=v, k=v' is JSON once '=' becomes '":' and ', ' becomes ',"', so one json.loads reads all
-    bodies. Only reports JSON reads exactly as parse_transfer would (plain finite numbers, known
-    or skipped keys, no key twice, one key generation) are taken from it; any other chunk is
-    re-read line by line by parse_transfer, which names the bad line."""
-    if not lines:
+def _transfer_columns(chunk: bytes, starts: np.ndarray, at: np.ndarray, ends: np.ndarray, numbers: np.ndarray,
+                      path: str) -> tuple[dict[str, np.ndarray], set[str]]:
+    """All transfer reports of a chunk (line i is chunk[starts[i]:ends[i]], its first marker at
+    at[i]): the record prefixes are checked once per digit layout (as in _stats_columns), the
+    bodies after the marker are read in bulk (_transfer_bulk), or line by line by
+    parse_transfer, which names the bad line, when the bulk reading cannot vouch for them."""
+    if not len(starts):
         return {"ts": np.zeros(0, dtype="S14")}, set()
-    found = XFER_LINE.findall(b"\n".join(lines))
-    if len(found) != len(lines):
+    ts = _transfer_times(_cut(chunk, starts, at))
+    if ts is None:  # some prefix is not a vLLM one: find and name the line
+        lines = _cut(chunk, starts, ends)
         for raw, line in zip(lines, numbers.tolist()):
             if XFER_LINE.fullmatch(raw) is None:
                 raise RawRecordError(path, "KV Transfer line without the vLLM prefix", line=line, record=raw.decode("utf-8", "replace"))
-    ts, bodies = zip(*found)
-    out = {"ts": np.array(ts, dtype="S14")}
+        raise AssertionError("transfer lines matched whole but not by their prefixes")
+    bodies = _cut(chunk, at + len(XFER_MARKER), ends)
     cols = _transfer_bulk(bodies)
     if cols is None:
         cols = _transfer_by_line(bodies, numbers, path)
-    out.update(cols[0])
-    return out, cols[1]
+    return {"ts": ts, **cols[0]}, cols[1]
+
+
+def _transfer_times(prefixes: list[bytes]) -> np.ndarray | None:
+    """Timestamps of the transfer lines from their prefixes (the text before "] KV Transfer
+    metrics: "), or None if a prefix is not `(Proc pid=N) LEVEL MM-DD HH:MM:SS[.fff] [src`.
+    Such a prefix allows one parse only, so a line whose prefix matches matches XFER_LINE with
+    the same timestamp and the body after its first marker."""
+    ts = np.zeros(len(prefixes), dtype="S14")
+    grouped = _layout_groups(prefixes)
+    if grouped is None:
+        for i, prefix in enumerate(prefixes):
+            m = XFER_PREFIX.fullmatch(prefix)
+            if m is None:
+                return None
+            ts[i] = m.group(1)
+        return ts
+    data, begin, groups = grouped
+    for layout, rows in groups:
+        m = XFER_PREFIX.fullmatch(layout)
+        if m is None:
+            return None
+        a, b = m.span(1)
+        ts[rows] = np.ascontiguousarray(data[begin[rows][:, None] + np.arange(a, b)]).view("S14").ravel()
+    return ts
 
 
 def _transfer_bulk(bodies: tuple[bytes, ...]) -> tuple[dict[str, np.ndarray], set[str]] | None:
