@@ -95,7 +95,7 @@ rule cf_numbers:
         manifest=MANIFEST,
     output:
         numbers="results/numbers/counterfactual.json",
-        figure="figures/fig2.svg",
+        figure=report("figures/fig2.svg", caption="../report/fig2.rst", category="Beyond the note"),
     params:
         above_last=config["coldread"]["above_last"],
     log:

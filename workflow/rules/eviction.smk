@@ -48,7 +48,7 @@ rule eviction_fig1a:
         code=PACKAGE_CODE,
         table="results/tables/table1.csv",
     output:
-        svg="figures/fig1a.svg",
+        svg=report("figures/fig1a.svg", caption="../report/fig1a.rst", category="The note"),
     log:
         "logs/eviction_fig1a.log",
     benchmark:

@@ -47,7 +47,7 @@ rule lab_figure:
         code=PACKAGE_CODE,
         requests="results/tidy/lab_requests.csv",
     output:
-        svg="figures/lab_ttft.svg",
+        svg=report("figures/lab_ttft.svg", caption="../report/lab_ttft.rst", category="The lab"),
     log:
         "logs/lab_figure.log",
     benchmark:

@@ -42,7 +42,7 @@ rule production_table2:
         code=PACKAGE_CODE,
         numbers="results/numbers/production.json",
     output:
-        csv="results/tables/table2.csv",
+        csv=report("results/tables/table2.csv", caption="../report/table2.rst", category="The note"),
     log:
         "logs/production_table2.log",
     benchmark:
@@ -62,7 +62,7 @@ rule production_fig1b:
         coldreads=PROD["coldreads"],
         manifest=MANIFEST,
     output:
-        svg="figures/fig1b.svg",
+        svg=report("figures/fig1b.svg", caption="../report/fig1b.rst", category="The note"),
         bins="results/tidy/production_fig1b_bins.csv",
     params:
         bins=PROD["figure_bins"],
