@@ -35,3 +35,18 @@ def built_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     repo = copy_repo(tmp_path_factory.mktemp("repo"))
     snakemake(repo)
     return repo
+
+
+# CI sets KVTIER_REQUIRE=vllm,browser: a test with one of those markers that would skip (no vLLM,
+# no Chromium) fails instead, so a broken install cannot pass as a green run.
+REQUIRED = {m.strip() for m in os.environ.get("KVTIER_REQUIRE", "").split(",") if m.strip()}
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):  # type: ignore[no-untyped-def]
+    outcome = yield
+    report = outcome.get_result()
+    needed = REQUIRED & {m.name for m in item.iter_markers()}
+    if report.skipped and needed:
+        report.outcome = "failed"
+        report.longrepr = f"required by KVTIER_REQUIRE={','.join(sorted(needed))} but skipped: {report.longrepr}"
