@@ -170,18 +170,29 @@ def max_in_service(arrival: np.ndarray, service: np.ndarray) -> int:
 
 def build(t: Targets, params: AgenticParams, model: ColdReadModel, hour_weights: np.ndarray, block_tokens: int,
           seed: int = 0) -> Workload:
-    """Draw the workload: sessions start in the traffic hours, turns follow service + think time;
-    the first `t.requests` requests inside the period are kept, in arrival order."""
+    """Draw the workload: sessions start in the traffic hours, turns follow service + think time.
+
+    More sessions are drawn than needed and whole sessions are kept, in the (random) order they
+    were drawn, until their requests inside the period reach `t.requests`; the last one is cut
+    to the exact count. Keeping whole sessions rather than the earliest requests preserves the
+    hourly shape of the traffic over the whole period."""
     rng = np.random.default_rng(seed + 1)
     sessions = int(np.ceil(t.requests / max(params.turns_mean, 1.0) * 1.5)) + 50
     d = _draws(rng, sessions, _max_turns(params.turns_mean))
     prompts, out = _prompts(params, d, t)
     arrival, _, _ = _schedule(params, prompts, out, t, model, hour_weights, np.random.default_rng(seed + 2))
     keep = ~np.isnan(prompts) & (arrival < t.period_s)
+    per_session = np.cumsum(keep.sum(axis=1))
+    last = int(np.searchsorted(per_session, t.requests))  # first session that reaches the count
+    if last >= sessions:
+        raise ValueError(f"the model produced {int(per_session[-1])} requests inside the period, fewer than {t.requests}")
+    keep[last + 1:] = False
+    excess = int(per_session[last]) - t.requests
+    if excess:  # cut the last session's final turns
+        turns = np.flatnonzero(keep[last])
+        keep[last, turns[len(turns) - excess:]] = False
     idx = np.argwhere(keep)
-    idx = idx[np.argsort(arrival[keep], kind="stable")][: t.requests]
-    if len(idx) < t.requests:
-        raise ValueError(f"the model produced {len(idx)} requests inside the period, fewer than {t.requests}")
+    idx = idx[np.argsort(arrival[keep], kind="stable")]
     sys_blocks = params.system_tokens // block_tokens
     reqs: list[Request] = []
     for s, k in idx:
