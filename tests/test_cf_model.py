@@ -44,6 +44,12 @@ def test_build_is_deterministic_and_keeps_the_requested_count() -> None:
     assert len(a.requests) == TARGETS.requests
     assert np.array_equal(a.times, b.times) and a.requests == b.requests
     assert np.all(np.diff(a.times) >= 0) and a.times.max() < TARGETS.period_s
+    # whole sessions are kept, so traffic covers every hour that has weight, not just the first ones
+    assert set(np.floor(a.times / 3600).astype(int)) == set(range(6))
+    quiet = np.array([1.0, 0.0, 1.0, 0.0, 1.0, 0.0])
+    c = build(TARGETS, p, MODEL, quiet, 1_600, seed=1)
+    starts = {int(lbl.label.split("t")[0][1:]): t for t, lbl in zip(c.times, c.requests) if lbl.label.endswith("t0")}
+    assert {int(t // 3600) for t in starts.values()} <= {0, 2, 4}  # sessions start only in hours with traffic
 
 
 def test_max_in_service_counts_overlaps() -> None:
