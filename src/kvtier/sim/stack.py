@@ -117,6 +117,16 @@ def _flat_positions(requests: Sequence[Request]) -> tuple[np.ndarray, np.ndarray
     if total == 0:
         return np.zeros(0, dtype=np.int64), offsets
     ids = _block_ids(requests, total)  # touch order within each request
+    return _touch_positions(ids, offsets, n, u, reverse=True), offsets
+
+
+def _touch_positions(ids: np.ndarray, offsets: np.ndarray, n: np.ndarray, u: np.ndarray,
+                     reverse: bool) -> np.ndarray:
+    """Stack position of every touch when its request starts (COLD if never seen), in prompt
+    order. `ids` lists each request's keys in the order it touches them, after u[r] unique keys:
+    last to first (`reverse`, vLLM's GPU order) or first to last (LMCache's CPU order)."""
+    R = len(n)
+    total = len(ids)
     clock = np.zeros(R, dtype=np.int64)  # clock when each request starts
     np.cumsum((n + u)[:-1], out=clock[1:])
     req = np.repeat(np.arange(R, dtype=np.int64), n)
@@ -158,9 +168,34 @@ def _flat_positions(requests: Sequence[Request]) -> tuple[np.ndarray, np.ndarray
     nested = k - _count_leq_in_prefix(pair_s, k, t[head])  # ... whose first touch came after t
     pos_time = np.full(total, COLD, dtype=np.int64)
     pos_time[seen] = (qs - t - 1) - nested[run]
+    if not reverse:
+        return pos_time
     # back to prompt order: block j of request r was touched at index offsets[r] + n[r] - 1 - j
     i = np.arange(total, dtype=np.int64)
-    return pos_time[2 * offsets[req] + n[req] - 1 - i], offsets
+    return pos_time[2 * offsets[req] + n[req] - 1 - i]
+
+
+def stream_positions(ids: np.ndarray, offsets: np.ndarray, order: str = "reverse",
+                     unique: np.ndarray | None = None) -> np.ndarray:
+    """Stack position of every key (prompt order, COLD if never seen) when its request starts,
+    for a stream already flattened: request r's keys are ids[offsets[r]:offsets[r + 1]] in
+    prompt order, touched after unique[r] keys of its own, then in `order`: 'reverse' (last to
+    first, a GPU tier in vLLM's order) or 'forward' (first to last, LMCache's CPU tier, whose
+    tail is the most recent). Ids are int64; only equality matters.
+    """
+    if order not in ("reverse", "forward"):
+        raise ValueError(f"order must be 'reverse' or 'forward', got {order!r}")
+    ids = np.asarray(ids, dtype=np.int64)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    n = np.diff(offsets)
+    u = np.zeros(len(n), dtype=np.int64) if unique is None else np.asarray(unique, dtype=np.int64)
+    if len(ids) == 0:
+        return np.zeros(0, dtype=np.int64)
+    if order == "forward":
+        return _touch_positions(ids, offsets, n, u, reverse=False)
+    req = np.repeat(np.arange(len(n), dtype=np.int64), n)
+    i = np.arange(len(ids), dtype=np.int64)
+    return _touch_positions(ids[2 * offsets[req] + n[req] - 1 - i], offsets, n, u, reverse=True)
 
 
 def stack_positions(requests: Sequence[Request], all_blocks: bool = False) -> StackPositions:
