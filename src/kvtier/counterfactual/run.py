@@ -115,6 +115,13 @@ def register(writer: NumbersWriter, fit: dict, sweeps: pd.DataFrame, curve: pd.D
     add("cf.sweep.largest_pool.prefill_saved", pools.loc[largest, "prefill_saved_s"], "s")
     add("cf.sweep.no_pool.share_computed", pools.loc[0, "share_computed"] if 0 in pools.index else np.nan, "fraction")
     add("cf.sweep.pool_sizes", len(pools), "count")
+    # the policies compared at a pool half the GPU pool's size (the nearest size swept)
+    both = sweeps[sweeps["vary"] == "pool"]
+    half = int(both.loc[(both["pool_tokens"] / gpu_tokens - 0.5).abs().idxmin(), "pool_blocks"])
+    add("cf.sweep.half_pool.ratio", half * w.block_tokens / gpu_tokens, "x")
+    for policy in ("write_through", "store_on_evict"):
+        row = both[(both["policy"] == policy) & (both["pool_blocks"] == half)].iloc[0]
+        add(f"cf.sweep.half_pool.{policy}.pool_share_of_misses", row["pool_share_of_misses"], "fraction")
     add("cf.gpu.half.share_gpu", float(np.interp(0.5 * gpu_tokens, curve["gpu_tokens"], curve["share_gpu"])), "fraction")
     add("cf.gpu.double.share_gpu", float(np.interp(2.0 * gpu_tokens, curve["gpu_tokens"], curve["share_gpu"])), "fraction")
     add("cf.gpu.op.share_gpu", float(np.interp(gpu_tokens, curve["gpu_tokens"], curve["share_gpu"])), "fraction")
