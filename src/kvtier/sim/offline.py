@@ -1,9 +1,9 @@
 """Two-tier replay without replaying: TieredCache(flavor="lmcache", policy="write_through") for
 every CPU capacity at once, from two vectorised stack passes.
 
-Why it is exact. The GPU tier never looks at the CPU tier, so its hits come from one stack pass
-in vLLM's order (`stack_positions`). The CPU tier's reference string does not depend on its
-capacity: a request that misses the GPU (g < max_hit) moves its leading resident chunk keys
+Why it is exact. The GPU tier never looks at the CPU tier, so its hits come from one stack
+pass in vLLM's order (as `stack_positions` / `hits_by_capacity`). The CPU tier's reference
+string does not depend on its capacity: a request that misses the GPU (g < max_hit) moves its leading resident chunk keys
 keys[:c] to the end in prompt order and then appends (or moves) keys[c:] in prompt order --
 together, all its chunk keys touched first to last, whatever c is -- and trims only after all
 are placed; a full GPU hit touches nothing. So the CPU tier of C chunks is always the top C of
@@ -21,12 +21,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from itertools import chain
+from operator import attrgetter
 from typing import Iterable, Sequence
 
 import numpy as np
 
 from .requests import Request
-from .stack import _leading_hits, hits_by_capacity, stack_positions, stream_positions
+from .stack import StackPositions, _leading_hits, stream_positions, vllm_hits_by_capacity
 from .tiers import Outcome
 
 
@@ -54,14 +55,15 @@ class OfflineResult:
                         self.computed_tokens[:, j].tolist(), g, self.cpu_chunks[:, j].tolist()))
 
 
-def _int_ids(stream: Iterable, total: int) -> np.ndarray:
-    """Ids as int64; ids that do not fit (or are not ints) renumbered densely (only equality matters)."""
-    items = list(stream)
+def _int_ids(blocks: list[tuple], total: int) -> np.ndarray:
+    """All blocks, request after request, as int64; ids that do not fit (or are not ints) are
+    renumbered densely (only equality matters)."""
     try:
-        return np.fromiter(items, dtype=np.int64, count=total)
+        return np.fromiter(chain.from_iterable(blocks), dtype=np.int64, count=total)
     except (OverflowError, TypeError, ValueError):
         dense: dict = {}
-        return np.fromiter((dense.setdefault(b, len(dense)) for b in items), dtype=np.int64, count=total)
+        return np.fromiter((dense.setdefault(b, len(dense)) for b in chain.from_iterable(blocks)),
+                           dtype=np.int64, count=total)
 
 
 def offline_arrays(requests: Sequence[Request], gpu_blocks: int, block_tokens: int,
@@ -76,31 +78,43 @@ def offline_arrays(requests: Sequence[Request], gpu_blocks: int, block_tokens: i
         raise ValueError("CPU capacities must be >= 0")
     reqs = requests if isinstance(requests, Sequence) else list(requests)
     R, K, k = len(reqs), len(caps), chunk_blocks
-    if any(len(set(r.blocks)) != len(r.blocks) for r in reqs):
+    blocks = list(map(attrgetter("blocks"), reqs))
+    n = np.fromiter(map(len, blocks), dtype=np.int64, count=R)
+    offsets = np.zeros(R + 1, dtype=np.int64)
+    np.cumsum(n, out=offsets[1:])
+    if sum(map(len, map(set, blocks))) != int(offsets[-1]):
         raise ValueError("a request lists a block twice: the CPU tier's order would depend on its capacity; "
                          "replay with TieredCache")
-    max_hit = np.fromiter((r.max_hit for r in reqs), dtype=np.int64, count=R)
+    max_hit = np.fromiter(map(attrgetter("max_hit"), reqs), dtype=np.int64, count=R)
     if (max_hit < 0).any():
         raise ValueError("max_hit must be >= 0")
-    tokens = np.fromiter((r.tokens for r in reqs), dtype=np.int64, count=R)
-    # (1) GPU hits from one pass in vLLM's order
-    pos = stack_positions(reqs)
-    flat, offsets = pos.flat, pos.offsets
-    n = np.diff(offsets)
+    tokens = np.fromiter(map(attrgetter("tokens"), reqs), dtype=np.int64, count=R)
+    unique = np.fromiter(map(attrgetter("unique"), reqs), dtype=np.int64, count=R)
+    ids = _int_ids(blocks, int(offsets[-1]))  # prompt order
+    # (1) GPU hits from one pass in vLLM's order (unique blocks, then the prompt last to first)
+    flat = stream_positions(ids, offsets, order="reverse", unique=unique)
     # resident part of every prompt a prefix at every depth <=> positions never fall along a prompt
     drop = np.flatnonzero(flat[1:] < flat[:-1]) + 1
     if len(drop) and not np.isin(drop, offsets).all():
         raise ValueError("a block is resident behind a missing one (requests not prefix-chained): "
                          "TieredCache's GPU tier is no stack there; replay with TieredCache")
-    g = hits_by_capacity(pos, [gpu_blocks])[:, 0] if R else np.zeros(0, dtype=np.int64)
+    if any(map(attrgetter("scratch"), reqs)):  # as hits_by_capacity: exact depth tracking
+        pos = StackPositions()
+        pos.requests, pos.flat, pos.offsets = reqs, flat, offsets
+        g = vllm_hits_by_capacity(reqs, [gpu_blocks], positions=pos)[:, 0]
+    else:
+        top = len(flat) + int(unique.sum()) + 1  # above every real position
+        g = _leading_hits(flat, offsets, np.minimum(max_hit, n), np.full((R, 1), gpu_blocks, dtype=np.int64),
+                          top)[:, 0]
     # (2) the CPU stream: requests that miss the GPU, all their chunk keys first to last
     miss = g < max_hit
-    m = n // k
-    m_miss = m[miss]
-    coff = np.zeros(len(m_miss) + 1, dtype=np.int64)
+    sel = np.flatnonzero(miss)
+    m_miss = n[sel] // k
+    coff = np.zeros(len(sel) + 1, dtype=np.int64)
     np.cumsum(m_miss, out=coff[1:])
     total = int(coff[-1])
-    keys = _int_ids(chain.from_iterable(r.blocks[k - 1::k] for r, s in zip(reqs, miss.tolist()) if s), total)
+    rep = np.repeat(np.arange(len(sel), dtype=np.int64), m_miss)
+    keys = ids[offsets[sel][rep] + (k - 1) + k * (np.arange(total, dtype=np.int64) - coff[rep])]
     # (3) leading run c of chunks held, for every capacity at once
     c = np.zeros((R, K), dtype=np.int64)
     if total and K:
