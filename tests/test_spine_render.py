@@ -77,3 +77,19 @@ def test_literal_finder_catches_typed_numbers(tmp_path: Path) -> None:
 
 def test_committed_templates_hold_no_numeric_literals() -> None:
     assert find_literals(REPO / "paper" / "templates") == []
+
+
+def test_svg_figures_are_byte_identical_across_saves(tmp_path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    from kvtier.render.svg import save_svg
+
+    def draw(path: Path) -> bytes:
+        fig, ax = plt.subplots()
+        ax.bar([0, 1], [3, 5], hatch="//")
+        ax.set_clip_on(True)
+        save_svg(fig, path, "t")
+        plt.close(fig)
+        return path.read_bytes()
+
+    assert draw(tmp_path / "a.svg") == draw(tmp_path / "b.svg")

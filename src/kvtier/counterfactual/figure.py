@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from ..render.svg import save_svg
 
 STYLE = {"write_through": ("#1f5fa8", "o", "write-through (as produced)"),
          "store_on_evict": ("#c2571a", "s", "store on GPU eviction")}
@@ -35,5 +36,5 @@ def figure2(sweeps: pd.DataFrame, gpu_tokens: int, op_pool_blocks: int, block_to
     a.set_title("(a) share of misses served", fontsize=10, loc="left")
     b.set_title("(b) cold reads avoided", fontsize=10, loc="left")
     a.legend(fontsize=8, frameon=False, loc="center right")
-    fig.savefig(out, format="svg", metadata={"Date": None})
+    save_svg(fig, out, "fig2")
     plt.close(fig)

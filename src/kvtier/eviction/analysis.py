@@ -19,6 +19,7 @@ from ..serving.metrics import Snapshot
 from .checks import restore_checks
 from .conversation import find_codes
 from .records import MEASURED_PHASES, Run, read_run
+from ..render.svg import save_svg
 
 MiB = 2**20
 GiB = 2**30
@@ -233,7 +234,6 @@ def figure_1a(t: pd.DataFrame, out: str | Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.rcParams["svg.hashsalt"] = "kvtier-fig1a"
     fig, ax = plt.subplots(figsize=(5.6, 3.4))
     kinds = [("ttft_cold_s", "read cold", "#b0b0b0"), ("ttft_hit_s", "hit in GPU memory", "#6a9fd4"),
              ("ttft_restore_s", "restored from RAM after eviction", "#d4793a")]
@@ -254,5 +254,5 @@ def figure_1a(t: pd.DataFrame, out: str | Path) -> None:
     ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="svg", metadata={"Date": None})
+    save_svg(fig, out, "fig1a")
     plt.close(fig)

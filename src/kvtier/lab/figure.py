@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from ..render.svg import save_svg
 
 TITLES = {"vllm": "vLLM alone", "lmcache": "vLLM with LMCache"}
 PASS_NAMES = {"first": "first read", "second": "same order again", "reverse": "reverse"}
@@ -40,5 +41,5 @@ def ttft_figure(table: pd.DataFrame, out: str | Path) -> None:
     fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0.07, 1, 1))
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="svg", metadata={"Date": None})
+    save_svg(fig, out, "lab_ttft")
     plt.close(fig)

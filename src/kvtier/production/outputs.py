@@ -9,6 +9,7 @@ import pandas as pd
 
 from ..coldread import ColdReadModel
 from ..numbers import Number
+from ..render.svg import save_svg
 
 # Table 2: (section, row label, registry key). Values and units come from the registry.
 TABLE2_ROWS = [
@@ -70,7 +71,6 @@ def figure_1b(bins: pd.DataFrame, out: str | Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.rcParams["svg.hashsalt"] = "kvtier-fig1b"  # deterministic SVG ids
     fig, ax = plt.subplots(figsize=(7.2, 3.6))
     x = np.arange(len(bins))
     colors = ["#9ecae1" if ex else "#3182bd" for ex in bins["extrapolated"]]
@@ -90,5 +90,5 @@ def figure_1b(bins: pd.DataFrame, out: str | Path) -> None:
     ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, format="svg", metadata={"Date": None})
+    save_svg(fig, out, "fig1b")
     plt.close(fig)
