@@ -8,6 +8,7 @@ states a wider one with its reason ("about 30"). Used only for checking, never f
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ import jsonschema
 import pandas as pd
 import yaml
 
-from .numbers import Number
+from .numbers import Number, atomic_write_text, load_registry
 from .render.formats import BYTES, TIME, WORDS
 
 NUMBER_RE = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?")
@@ -150,7 +151,7 @@ def check_claim(c: Claim, registry: dict[str, Number]) -> dict[str, Any]:
     return row
 
 
-def _as_printed(text: str) -> tuple[float, int] | list[float] | None:
+def _as_printed(text: str) -> tuple[float, int] | None:
     try:
         value, decimals, _ = parse_printed(text)
     except ValueError:
@@ -217,10 +218,6 @@ def _text_counts(table: pd.DataFrame) -> dict[str, int]:
 def write_report(claims_yaml: str | Path, numbers: list[str], out_md: str | Path, out_csv: str | Path,
                  printed: dict[str, str | Path] | None = None) -> pd.DataFrame:
     """printed: per document ('note', 'lab'), the JSON of texts its rendering printed per key."""
-    import json
-
-    from .numbers import atomic_write_text, load_registry
-
     texts = {doc: json.loads(Path(p).read_text(encoding="utf-8")) for doc, p in (printed or {}).items()}
     table = check_all(load_claims(claims_yaml), load_registry(numbers), texts if printed is not None else None)
     atomic_write_text(out_csv, table.to_csv(index=False))
@@ -236,6 +233,4 @@ def gate(csv: str | Path, ok_path: str | Path) -> None:
         lines = [f"  {r.id}: printed {r.printed}, recomputed {r.recomputed} ({r.key}, tolerance {r.tolerance})" for r in failed.itertuples()]
         raise SystemExit(f"{len(failed)} published number(s) not reproduced (see results/claims.md):\n" + "\n".join(lines))
     counts = table["status"].value_counts().to_dict()
-    from .numbers import atomic_write_text
-
     atomic_write_text(ok_path, f"{counts}\n")

@@ -17,6 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .errors import RawRecordError
+from .observation import read_host
 
 COLUMNS = ["prompt_tokens", "ttft_s", "timed_on", "host", "model", "source"]
 ABOVE_LAST_RULES = ("extend_last_segment", "hold_last_rate")
@@ -90,22 +91,6 @@ def model_from_csv(path: str | Path, above_last: str = "extend_last_segment") ->
     return ColdReadModel(t["prompt_tokens"].to_numpy(), t["ttft_s"].to_numpy(), above_last)
 
 
-def period_start(host_yaml: str | Path) -> date:
-    """The first day of the observation period, from the host metadata."""
-    import yaml
-
-    data = yaml.safe_load(Path(host_yaml).read_text(encoding="utf-8"))
-    try:
-        start = data["observation"]["start"]
-    except (KeyError, TypeError):
-        raise RawRecordError(host_yaml, "missing observation.start") from None
-    if isinstance(start, str):
-        from datetime import datetime
-
-        start = datetime.fromisoformat(start)
-    return start.date() if hasattr(start, "date") else start
-
-
 def coldread_numbers(table: str | Path, host_yaml: str | Path, above_last: str, writer) -> ColdReadModel:
     """Register the timed points as printed and how long before the period they were timed."""
     t = read_coldreads(table)
@@ -114,7 +99,8 @@ def coldread_numbers(table: str | Path, host_yaml: str | Path, above_last: str, 
     for i, row in enumerate(t.itertuples(index=False), start=1):
         writer.add(f"coldread.p{i}.tokens", int(row.prompt_tokens), "tokens")
         writer.add(f"coldread.p{i}.seconds", float(row.ttft_s), "s")
-    days = {(period_start(host_yaml) - d).days for d in t["timed_on"]}
+    start = read_host(host_yaml)[1].date()
+    days = {(start - d).days for d in t["timed_on"]}
     if len(days) != 1:
         raise RawRecordError(table, f"cold reads were timed on different days ({sorted(days)} days before the period)")
     writer.add("coldread.days_before_period", days.pop(), "days")

@@ -56,7 +56,7 @@ class NumbersWriter:
     numbers: dict[str, dict] = field(default_factory=dict)
 
     def add(self, key: str, value: object, unit: str, *, inputs: Iterable[str] | None = None, note: str = "") -> None:
-        if not key.startswith(self.topic.split("_")[0] + ".") and not key.startswith(self.topic + "."):
+        if not key.startswith(self.topic + "."):
             raise ValueError(f"key {key!r} does not belong to topic {self.topic!r}")
         if key in self.numbers:
             raise ValueError(f"number {key!r} registered twice")

@@ -13,8 +13,7 @@ rule cf_workload:
     input:
         code=PACKAGE_CODE,
         production="results/numbers/production.json",
-        server_log=CF["server_log"],
-        host=CF["host"],
+        hours="results/tidy/production_hours.csv",
         coldreads=config["coldread"]["table"],
         manifest=MANIFEST,
     output:

@@ -23,6 +23,7 @@ rule production_numbers:
         numbers="results/numbers/production.json",
         restores="results/tidy/production_restores.csv",
         repairs="results/tidy/production_contract.csv",
+        hours="results/tidy/production_hours.csv",
     params:
         settings={k: v for k, v in PROD.items() if k not in ("metrics", "log", "host", "headroom", "coldreads")},
     log:

@@ -4,7 +4,8 @@ import json
 import numpy as np
 
 from kvtier.coldread import model_from_csv
-from kvtier.counterfactual.run import gpu_only_curve, workload_from_fit
+from kvtier.counterfactual.replay import gpu_only_curve
+from kvtier.counterfactual.run import workload_from_fit
 from kvtier.numbers import atomic_write_text
 from kvtier.provenance import write_sidecar
 from kvtier.snake import begin

@@ -11,7 +11,7 @@ from kvtier.snake import begin
 smk = snakemake  # noqa: F821
 log = begin(smk)
 reg = load_registry([smk.input.production])
-hw = hour_weights(smk.input.server_log, smk.input.host)
+hw = hour_weights(smk.input.hours)
 model = model_from_csv(smk.input.coldreads, smk.params.above_last)
 block_tokens = int(reg["prod.pool.block_tokens"].value)
 gpu_tokens = int(reg["prod.gpu_pool.tokens"].value)
@@ -21,5 +21,5 @@ record.update(hour_weights=hw.tolist(), block_tokens=block_tokens, seed=smk.para
               gpu_tokens=gpu_tokens, pool_blocks=int(reg["prod.pool.blocks"].value),
               requests=len(w.requests), lookups=w.lookups())
 write_json(smk.output.fit, record)
-write_sidecar(smk.output.fit, smk.rule, [smk.input.production, smk.input.server_log, smk.input.host, smk.input.coldreads])
+write_sidecar(smk.output.fit, smk.rule, [smk.input.production, smk.input.hours, smk.input.coldreads])
 log.info("fit: %s", json.dumps(record["fit"]))

@@ -12,7 +12,7 @@ for r in records.repairs:
 tables = analyse(records, smk.input.coldreads, dict(smk.params.settings), smk.input.headroom, writer)
 writer.write(smk.output.numbers)
 raw = [smk.input.metrics, smk.input.log, smk.input.host, smk.input.coldreads]
-for name in ("restores", "repairs"):
+for name in ("restores", "repairs", "hours"):
     tables[name].to_csv(smk.output[name], index=False)
     write_sidecar(smk.output[name], smk.rule, raw)
 log.info("wrote %d numbers, %d visible restores, %d repairs", len(writer.numbers), len(tables["restores"]),

@@ -8,36 +8,20 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import yaml
 
 from ..coldread import ColdReadModel
 from ..numbers import NumbersWriter, atomic_write_text
 from ..workloads import Workload
 from ..workloads.synthetic import AgenticParams, Targets, build, peak_in_service
-from .replay import Config, gpu_only_curve, replay, summarise
+from .replay import Config, replay, summarise
 
 
-def hour_weights(server_log: str | Path, host_yaml: str | Path) -> np.ndarray:
-    """Prompt tokens computed per clock hour of the period, from the ten-second reports.
-
-    Sessions of the synthetic workload start in proportion to them, so quiet hours stay quiet.
-    """
-    from ..production.vllmlog import read_server_log
-
-    host = yaml.safe_load(Path(host_yaml).read_text(encoding="utf-8"))
-    start = pd.Timestamp(host["observation"]["start"])
-    end = pd.Timestamp(host["observation"]["end"])
-    log = read_server_log(server_log, int(host["observation"].get("log_year", start.year)))
-    st = log.stats
-    times = pd.to_datetime(st["time"])
-    if times.dt.tz is None and start.tz is not None:
-        times = times.dt.tz_localize(start.tz)
-    hour = ((times - start.floor("h")) // pd.Timedelta(hours=1)).to_numpy()
-    n = int(np.ceil((end - start.floor("h")) / pd.Timedelta(hours=1)))
-    tokens = (st["prompt_tps"].to_numpy() + st["gen_tps"].to_numpy()) * 10.0
-    w = np.bincount(hour[(hour >= 0) & (hour < n)], weights=tokens[(hour >= 0) & (hour < n)], minlength=n)
-    if w.sum() <= 0:
-        raise ValueError(f"{server_log}: no traffic in the ten-second reports inside the observation period")
+def hour_weights(hours_csv: str | Path) -> np.ndarray:
+    """Tokens per clock hour of the period (the production analysis's tidy table): sessions of the
+    synthetic workload start in proportion to them, so quiet hours stay quiet."""
+    w = pd.read_csv(hours_csv)["tokens"].to_numpy(dtype=float)
+    if not np.isfinite(w).all() or w.sum() <= 0:
+        raise ValueError(f"{hours_csv}: no traffic in any hour of the period")
     return w
 
 
@@ -126,5 +110,3 @@ def register(writer: NumbersWriter, fit: dict, sweeps: pd.DataFrame, curve: pd.D
     add("cf.gpu.double.share_gpu", float(np.interp(2.0 * gpu_tokens, curve["gpu_tokens"], curve["share_gpu"])), "fraction")
     add("cf.gpu.op.share_gpu", float(np.interp(gpu_tokens, curve["gpu_tokens"], curve["share_gpu"])), "fraction")
 
-
-__all__ = ["gpu_only_curve", "hour_weights", "register", "sweep", "workload_from_fit", "write_json"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from datetime import datetime
 
 import numpy as np
 import pandas as pd
@@ -225,6 +226,21 @@ def hour_stats(log: ServerLog, restores: pd.DataFrame, counter_count: float, top
     return {"with_traffic": float(hours), "restores_per_traffic_hour": counter_count / hours,
             "top_count": float(top), "top_restore_share": float(by_hour.iloc[:top].sum() / by_hour.sum()),
             "max_running": float(st["running"].max())}
+
+
+def hourly_traffic(log: ServerLog, start: datetime, end: datetime, interval_s: float) -> pd.DataFrame:
+    """Tokens processed (computed prompt + generated) in each clock hour of the period, from the
+    ten-second reports: the hourly shape of the traffic, which the counterfactual's synthetic
+    sessions follow."""
+    st = log.stats
+    origin = pd.Timestamp(start.replace(tzinfo=None)).floor("h")
+    n = int(np.ceil((pd.Timestamp(end.replace(tzinfo=None)) - origin) / pd.Timedelta(hours=1)))
+    hour = ((st["time"] - origin) // pd.Timedelta(hours=1)).to_numpy()
+    tokens = (st["prompt_tps"].to_numpy() + st["gen_tps"].to_numpy()) * interval_s
+    inside = (hour >= 0) & (hour < n)
+    per_hour = np.bincount(hour[inside], weights=tokens[inside], minlength=n)
+    starts = [(origin + pd.Timedelta(hours=h)).isoformat() for h in range(n)]
+    return pd.DataFrame({"hour": np.arange(n), "start": starts, "tokens": per_hour})
 
 
 def log_coverage(log: ServerLog, snap: Snapshot) -> dict[str, float]:

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from ..coldread import model_from_csv
 from ..errors import RawRecordError
 from ..numbers import NumbersWriter
+from ..observation import read_host
 from . import analysis as A
 from . import contract
 from .promtext import Snapshot, read_prometheus
@@ -32,18 +32,6 @@ class Records:
     start: datetime
     end: datetime
     repairs: list[contract.Repair]
-
-
-def read_host(path: str | Path) -> tuple[dict[str, Any], datetime, datetime]:
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    try:
-        obs = data["observation"]
-        start, end = (v if isinstance(v, datetime) else datetime.fromisoformat(str(v)) for v in (obs["start"], obs["end"]))
-    except (KeyError, TypeError, ValueError) as e:
-        raise RawRecordError(path, f"observation.start/end missing or not ISO timestamps ({e})") from None
-    if end <= start:
-        raise RawRecordError(path, f"observation.end {end} is not after observation.start {start}")
-    return data, start, end
 
 
 def ingest(metrics: str | Path, log: str | Path, host: str | Path) -> Records:
@@ -198,4 +186,6 @@ def analyse(rec: Records, coldreads: str | Path, settings: dict[str, Any], headr
     w.add("prod.shm.capacity", hd["shm_capacity"], "B")
     w.add("prod.shm.early_pool", hd["early_pool"], "B")
 
-    return {"restores": restores, "repairs": contract.repairs_frame(rec.repairs)}
+    interval = float(rec.host.get("server", {}).get("stats_interval_s", 10.0))  # vLLM's default
+    return {"restores": restores, "repairs": contract.repairs_frame(rec.repairs),
+            "hours": A.hourly_traffic(log, rec.start, rec.end, interval)}

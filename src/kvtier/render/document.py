@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import datetime as dt
 import html
+import json
 import os
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
 import markdown
 from markupsafe import Markup
 
-from ..manifest import Entry
-from ..numbers import Number, atomic_write_text
+from ..manifest import Entry, read_manifest
+from ..numbers import Number, atomic_write_text, load_registry
 from .env import Renderer
 
 
@@ -112,12 +114,6 @@ RESERVED_INPUTS = {"numbers", "ledger", "manifest", "template_files", "code"}
 
 def render_from_snakemake(smk: Any, templates: str = "paper/templates", page_template: str = "page.html.j2") -> dict[str, list[str]]:
     """The render rules' body: every named input that is not a registry file is a figure."""
-    import json
-    from importlib.metadata import version
-
-    from ..manifest import read_manifest
-    from ..numbers import load_registry
-
     registry = load_registry(smk.input.numbers)
     ledger = json.loads(Path(smk.input.ledger).read_text(encoding="utf-8"))
     figures = {k: str(v) for k, v in smk.input.items() if k not in RESERVED_INPUTS}

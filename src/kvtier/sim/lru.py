@@ -16,6 +16,17 @@ from itertools import repeat
 from typing import Callable, Iterable, Sequence
 
 
+def move_or_insert(entries: OrderedDict[int, None], keys: Iterable[int]) -> None:
+    """Make each key the most recent, in order, inserting the absent ones (the slow path taken
+    when some of a request's keys are already resident)."""
+    move = entries.move_to_end
+    for k in keys:
+        if k in entries:
+            move(k)
+        else:
+            entries[k] = None
+
+
 class LRUTier:
     """A tier holding up to `capacity` entries (blocks or chunks); the front is evicted first."""
 
@@ -60,12 +71,7 @@ class LRUTier:
         if absent or entries.keys().isdisjoint(fresh):
             entries.update(fresh)  # the common case, in C: none of them is resident yet
         else:
-            move = entries.move_to_end
-            for k in fresh:
-                if k in entries:
-                    move(k)
-                else:
-                    entries[k] = None
+            move_or_insert(entries, fresh)
         if resident_lru_first:
             deque(map(entries.move_to_end, resident_lru_first), maxlen=0)
         self._trim(self.capacity - reserve)

@@ -22,7 +22,7 @@ from itertools import chain, repeat
 from operator import itemgetter
 from typing import Iterable, Literal
 
-from .lru import LRUTier
+from .lru import LRUTier, move_or_insert
 from .requests import Request
 
 Policy = Literal["write_through", "store_on_evict"]
@@ -205,12 +205,7 @@ class TieredCache:
             if gent.keys().isdisjoint(fresh):
                 gent.update(fresh)
             else:
-                move = gent.move_to_end
-                for b in fresh:
-                    if b in gent:
-                        move(b)
-                    else:
-                        gent[b] = None
+                move_or_insert(gent, fresh)
         if g:
             deque(map(gent.move_to_end, blocks[g - 1::-1]), maxlen=0)
         limit = gpu.capacity - req.scratch  # room kept free for the request's unhashed blocks

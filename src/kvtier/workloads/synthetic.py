@@ -145,9 +145,10 @@ def fit_report(p: AgenticParams, t: Targets, seed: int = 0) -> dict[str, float]:
             "share_above_500k": float((x > t.high_edge).mean()), "reusable_share": reusable_share(pr, out, p.system_tokens)}
 
 
-def _schedule(p: AgenticParams, prompts: np.ndarray, out: np.ndarray, t: Targets, model: ColdReadModel,
-              hour_weights: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Arrival and service times of every turn: start in an active hour, then service + think."""
+def _arrivals(p: AgenticParams, prompts: np.ndarray, out: np.ndarray, model: ColdReadModel,
+              hour_weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """Arrival time of every turn: a session starts in an active hour, then each turn follows the
+    previous one's service (cold read of its new tokens + decoding) and a think time."""
     sessions, turns = prompts.shape
     hour = rng.choice(len(hour_weights), size=sessions, p=hour_weights / hour_weights.sum())
     start = (hour + rng.random(sessions)) * 3600.0
@@ -156,8 +157,7 @@ def _schedule(p: AgenticParams, prompts: np.ndarray, out: np.ndarray, t: Targets
     service = model.predict(new_tokens.ravel()).reshape(new_tokens.shape) + out / p.decode_tokens_per_s
     think = p.think_median_s * np.exp(p.think_sigma * rng.standard_normal((sessions, turns)))
     gaps = np.concatenate([np.zeros((sessions, 1)), (service + think)[:, :-1]], axis=1)
-    arrival = start[:, None] + np.cumsum(gaps, axis=1)
-    return arrival, service, new_tokens
+    return start[:, None] + np.cumsum(gaps, axis=1)
 
 
 def max_in_service(arrival: np.ndarray, service: np.ndarray) -> int:
@@ -180,7 +180,7 @@ def build(t: Targets, params: AgenticParams, model: ColdReadModel, hour_weights:
     sessions = int(np.ceil(t.requests / max(params.turns_mean, 1.0) * 1.5)) + 50
     d = _draws(rng, sessions, _max_turns(params.turns_mean))
     prompts, out = _prompts(params, d, t)
-    arrival, _, _ = _schedule(params, prompts, out, t, model, hour_weights, np.random.default_rng(seed + 2))
+    arrival = _arrivals(params, prompts, out, model, hour_weights, np.random.default_rng(seed + 2))
     keep = ~np.isnan(prompts) & (arrival < t.period_s)
     per_session = np.cumsum(keep.sum(axis=1))
     last = int(np.searchsorted(per_session, t.requests))  # first session that reaches the count

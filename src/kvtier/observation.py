@@ -1,0 +1,27 @@
+"""The host metadata record (host.yaml): the observation period the server's counters cover.
+
+Read in one place, with one set of checks, by every rule that needs the period.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from .errors import RawRecordError
+
+
+def read_host(path: str | Path) -> tuple[dict[str, Any], datetime, datetime]:
+    """The parsed record, and the observation period's start and end."""
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    try:
+        obs = data["observation"]
+        start, end = (v if isinstance(v, datetime) else datetime.fromisoformat(str(v)) for v in (obs["start"], obs["end"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise RawRecordError(path, f"observation.start/end missing or not ISO timestamps ({e})") from None
+    if end <= start:
+        raise RawRecordError(path, f"observation.end {end} is not after observation.start {start}")
+    return data, start, end
