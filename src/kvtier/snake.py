@@ -24,6 +24,11 @@ def _paths(files: Any) -> list[str]:
     return [str(p) for p in out]
 
 
+def activated(flag: object) -> bool:
+    """An opt-in `activate` flag: true as YAML gives it, or as the string --config may pass."""
+    return str(flag).strip().lower() == "true"
+
+
 def raw_inputs(paths: Iterable[str]) -> list[str]:
     return [p for p in paths if Path(p).as_posix().startswith("raw/") and not p.endswith("MANIFEST.tsv")]
 

@@ -6,6 +6,8 @@ from pathlib import Path
 #   EXTRA_TARGETS.append(path)                       further outputs of the default target
 # Input functions read these lists lazily, after every rule file has been included.
 
+from kvtier.snake import activated
+
 NUMBERS: list[str] = []
 FIGURES: dict[str, str] = {}
 EXTRA_TARGETS: list[str] = []

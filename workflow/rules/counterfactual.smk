@@ -111,7 +111,7 @@ rule cf_numbers:
 import re
 
 PUBLIC = CF["public_traces"]
-PUBLIC_ON = str(PUBLIC["activate"]).lower() == "true"
+PUBLIC_ON = activated(PUBLIC["activate"])
 TRACE_PATHS = {name: f"{PUBLIC['dir']}/{t['file']}" for name, t in PUBLIC["traces"].items()}
 TRACE_BY_FILE = {t["file"]: t for t in PUBLIC["traces"].values()}
 if PUBLIC_ON:

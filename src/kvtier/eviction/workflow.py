@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ..manifest import read_manifest
+from ..snake import activated
 
 
 def pinned_records(manifest: str, records: str) -> list[str]:
@@ -22,7 +23,7 @@ def run_id(value: str) -> str:
 
 def opt_in(evict: dict[str, Any], setup: str) -> list[str]:
     """The test launches a server and writes raw/: refuse unless the config switches it on."""
-    if str(evict["activate"]).lower() != "true":  # --config values arrive as strings
+    if not activated(evict["activate"]):
         raise ValueError("the eviction test is opt-in; run with "
                          "--config 'experiments={\"eviction\": {\"activate\": true}}' on a GPU host")
     if setup not in evict["setups"]:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from ..snake import activated
+
 
 def live_opt_in(lab_config: dict) -> list[str]:
     """Input of the opt-in live rule: nothing, or a clear refusal when it was not switched on."""
-    if not lab_config["live"]["activate"]:
+    if not activated(lab_config["live"]["activate"]):
         raise ValueError(
             "lab_cyclic launches vLLM servers and writes raw/; enable it with "
             "--config 'lab={\"live\": {\"activate\": true}}' (see config/config.yaml, lab.live)"
