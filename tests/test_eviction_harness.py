@@ -25,8 +25,10 @@ STATIC = {"host": {"hostname": "test"}, "model": {"path": "fake", "served_name":
 
 
 def harness(fake: FakeVllm, run_dir: Path, **plan) -> Harness:
+    """No warm-up request unless a test asks for one, so request counts below are the test's own."""
     client = ServingClient("http://fake", transport=fake.transport())
-    return Harness(client, RunWriter(run_dir), "test", Plan(target_tokens=200, **plan), STATIC, progress=False)
+    return Harness(client, RunWriter(run_dir), "test", Plan(target_tokens=200, **{"warmup_tokens": 0, **plan}), STATIC,
+                   progress=False)
 
 
 def test_derived_evictors_by_hand():
@@ -113,3 +115,39 @@ def test_a_complete_run_is_not_overwritten(tmp_path):
     harness(FakeVllm(), tmp_path / "r").run()
     with pytest.raises(HarnessFailed, match="already complete"):
         harness(FakeVllm(), tmp_path / "r").run()
+
+
+def test_warmup_comes_first_on_an_unrelated_prefix(tmp_path):
+    meta = harness(FakeVllm(), tmp_path / "r", warmup_tokens=None).run()
+    run = read_run(tmp_path / "r")
+    assert [r["phase"] for r in run.requests][:2] == ["warmup", "cold"]
+    warm, cold = run.requests[0], run.requests[1]
+    assert warm["conversation_seed"] != cold["conversation_seed"] and abs(warm["prompt_tokens_expected"] - 200) <= 1
+    assert warm["metrics_before"] is None  # not measured
+    # the warm-up shares no block with the conversation: the cold read finds nothing cached
+    assert meta["checks"]["restore.1"]["evicted"]
+
+
+def test_repeat_runs_fresh_conversations_per_cycle(tmp_path):
+    meta = harness(FakeVllm(), tmp_path / "r", repeat=3).run()
+    run = read_run(tmp_path / "r")
+    assert meta["status"] == "complete" and run.cycles == 3
+    assert meta["phases_completed"][-4:] == ["c3:cold", "c3:hit", "c3:evictors.1", "c3:restore.1"]
+    assert len({c["digest"] for c in meta["conversations"]}) == 3
+    assert set(meta["checks"]) == {"restore.1", "c2:restore.1", "c3:restore.1"}
+    for cycle in (1, 2, 3):
+        cold = run.final("cold", 0, cycle)[0]
+        assert cold["conversation_seed"] == run.conversation(cycle)["seed"]
+    # evictors are scraped one by one: the /metrics series through the eviction
+    ev = run.final("evictors", 1, 2)
+    assert len(ev) == 5 and all(r["metrics_after"] and (tmp_path / "r" / r["metrics_after"]).exists() for r in ev)
+
+
+def test_show_on_a_run_that_died_at_server_start(tmp_path, capsys):
+    from kvtier.harness import main
+
+    h = harness(FakeVllm(), tmp_path / "r")
+    h.fail_before_start("server start", "vllm serve exited with code 1; see server.log")
+    assert main(["show", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "failed in server start" in out and "no plan" in out

@@ -18,6 +18,9 @@ from ..errors import RawRecordError
 from ..serving.metrics import Snapshot
 from .checks import restore_checks
 from .conversation import find_codes
+from . import logprobs as lp_mod
+from ..serving.server import offload_block_bytes_from_log
+from .checks import exact_blocks, request_delta
 from .records import MEASURED_PHASES, Run, read_run
 from ..render.svg import save_svg
 
@@ -34,41 +37,77 @@ def ttft(rec: dict[str, Any]) -> tuple[float, str]:
     raise RawRecordError(f"requests.jsonl (seq {rec['seq']})", "request has neither ttft_s nor first_chunk_s")
 
 
+def offload_block_bytes(run: Run) -> int | None:
+    """Bytes of one offloaded block without kv_offload_config_info (vLLM 0.32): the raw server log's
+    kvtier worker line first, else what run.yaml recorded from the model's geometry."""
+    log = run.dir / "server.log"
+    from_log = offload_block_bytes_from_log(log) if log.exists() else None
+    recorded = run.meta["server"].get("offload_block_bytes") or {}
+    if from_log and recorded.get("model") and from_log != recorded["model"]:
+        raise RawRecordError(log, f"bytes per offloaded block {from_log:,} disagree with the model's geometry "
+                                  f"({recorded['model']:,}) recorded in run.yaml")
+    return from_log or recorded.get("model")
+
+
+def _logprob_check(run: Run, rec: dict[str, Any], cycle: int, computed: float) -> dict[str, Any]:
+    """The restored request's logprobs against its cycle's hit, recomputed from the raw records."""
+    hit = [r for r in run.final("hit", 0, cycle) if r["status"] == "ok"]
+    if not hit or rec.get("logprobs") is None or hit[-1].get("logprobs") is None:
+        return {}
+    h = hit[-1]
+    hit_delta = request_delta(Snapshot.read(run.dir / h["metrics_before"]), Snapshot.read(run.dir / h["metrics_after"]))
+    tol = float(run.meta["plan"].get("logprob_tolerance", 0.05))
+    return lp_mod.verdict(lp_mod.compare(rec["logprobs"], h["logprobs"]), hit_delta["computed_tokens"] == computed, tol)
+
+
 def measured_rows(run: Run) -> list[dict[str, Any]]:
-    """One row per measured request of the run's final attempts, with its metric deltas."""
-    rows = []
-    codes = run.meta["conversation"]["codes"]
-    prompt = int(run.meta["conversation"]["prompt_tokens"])
+    """One row per measured request of the run's final attempts (every cycle), with its metric deltas."""
+    rows: list[dict[str, Any]] = []
+    if run.meta.get("plan") is None:  # died before its first request (at server start)
+        return rows
     block = run.meta["server"].get("offload_block_tokens")
+    per_block = offload_block_bytes(run)
     tol = float(run.meta["plan"].get("gpu_hit_tolerance", 0.1))
     rounds = int(run.meta["plan"]["rounds"])
-    for phase in MEASURED_PHASES:
-        for round_ in ([0] if phase != "restore" else range(1, rounds + 1)):
-            for rec in run.final(phase, round_):
-                if rec["status"] != "ok":
-                    continue
-                before = Snapshot.read(run.dir / rec["metrics_before"])
-                after = Snapshot.read(run.dir / rec["metrics_after"])
-                c = restore_checks(before, after, prompt, block, tol)
-                t, src = ttft(rec)
-                rows.append({
-                    "setup": run.setup, "run": run.name, "provenance": run.meta["provenance"], "phase": phase, "round": round_,
-                    "seq": rec["seq"], "attempt": rec["attempt"], "ttft_s": t, "ttft_source": src,
-                    "first_byte_s": rec.get("first_byte_s"), "total_s": rec.get("total_s"), "prompt_tokens": prompt,
-                    "gpu_hit_tokens": c["gpu_hit_tokens"], "pool_tokens": c["pool_tokens"], "computed_tokens": c["computed_tokens"],
-                    "load_bytes": c["load_bytes"], "load_time_s": c["load_time_s"], "blocks_moved": c["blocks_moved"],
-                    "blocks_served": c["blocks_served"], "block_tokens": c["block_tokens"], "evicted": c["evicted"], "recomputed": c["recomputed"],
-                    "codes_expected": len(codes), "codes_found": len(find_codes(rec.get("answer") or "", codes)),
-                    "kv_cache_tokens": before.kv_cache_tokens(), "pool_bytes": after.offload_pool_bytes(),
-                })
+    for cycle in range(1, run.cycles + 1):
+        conv = run.conversation(cycle)
+        codes, prompt = conv["codes"], int(conv["prompt_tokens"])
+        for phase in MEASURED_PHASES:
+            for round_ in ([0] if phase != "restore" else range(1, rounds + 1)):
+                for rec in run.final(phase, round_, cycle):
+                    if rec["status"] != "ok":
+                        continue
+                    before = Snapshot.read(run.dir / rec["metrics_before"])
+                    after = Snapshot.read(run.dir / rec["metrics_after"])
+                    c = restore_checks(before, after, prompt, block, tol, per_block)
+                    c.update(exact_blocks(c))
+                    t, src = ttft(rec)
+                    lp = _logprob_check(run, rec, cycle, c["computed_tokens"]) if phase == "restore" else {}
+                    rows.append({
+                        "setup": run.setup, "run": run.name, "provenance": run.meta["provenance"], "tier": run.meta["server"]["tier"],
+                        "cycle": cycle, "phase": phase, "round": round_,
+                        "seq": rec["seq"], "attempt": rec["attempt"], "ttft_s": t, "ttft_source": src,
+                        "first_byte_s": rec.get("first_byte_s"), "total_s": rec.get("total_s"), "prompt_tokens": prompt,
+                        "gpu_hit_tokens": c["gpu_hit_tokens"], "pool_tokens": c["pool_tokens"], "computed_tokens": c["computed_tokens"],
+                        "load_bytes": c["load_bytes"], "load_time_s": c["load_time_s"], "blocks_moved": c["blocks_moved"],
+                        "blocks_served": c["blocks_served"], "blocks_moved_exact": c["blocks_moved_exact"],
+                        "blocks_served_exact": c["blocks_served_exact"], "block_tokens": c["block_tokens"],
+                        "bytes_per_block": c["bytes_per_block"], "evicted": c["evicted"], "recomputed": c["recomputed"],
+                        "codes_expected": len(codes), "codes_found": len(find_codes(rec.get("answer") or "", codes)),
+                        "kv_cache_tokens": before.kv_cache_tokens(), "pool_bytes": after.offload_pool_bytes(),
+                        "logprob_max_diff": lp.get("max_abs_diff"), "logprob_passed": lp.get("passed"),
+                        "logprob_same_compute": lp.get("same_compute"), "logprob_positions": lp.get("positions"),
+                    })
     return rows
 
 
 def run_summary(run: Run, rows: pd.DataFrame) -> dict[str, Any]:
     """The verdict on one run, recomputed from its rows."""
     cold = rows[rows.phase == "cold"]
-    restores = rows[rows.phase == "restore"].sort_values("round")
-    complete = run.meta["status"] == "complete" and not cold.empty and len(restores) == int(run.meta["plan"]["rounds"])
+    restores = rows[rows.phase == "restore"].sort_values(["cycle", "round"])
+    plan = run.meta.get("plan") or {}
+    complete = (run.meta["status"] == "complete" and not cold.empty
+                and len(restores) == int(plan.get("rounds", 0)) * run.cycles)
     excluded = bool(complete and (cold.codes_found < cold.codes_expected).any())
     evicted = bool(complete and restores.evicted.all())
     gpu = run.meta["host"].get("gpu") or {}
@@ -76,14 +115,15 @@ def run_summary(run: Run, rows: pd.DataFrame) -> dict[str, Any]:
     pool = rows.pool_bytes.dropna()
     return {
         "setup": run.setup, "run": run.name, "provenance": run.meta["provenance"], "status": run.meta["status"],
-        "complete": complete, "excluded": excluded, "evicted": evicted, "valid": complete and not excluded and evicted,
+        "tier": server["tier"], "platform": server.get("platform", "cuda"), "cycles": run.cycles, "complete": complete, "excluded": excluded, "evicted": evicted, "valid": complete and not excluded and evicted,
         "model": run.meta["model"]["served_name"], "model_params": run.meta["model"].get("params"),
         "gpu": gpu.get("name", "none (CPU)"), "gpu_memory_bytes": gpu.get("memory_total_mib", 0) * MiB if gpu else None,
-        "tier": server["tier"], "ram_pool_bytes": int(pool.iloc[0]) if len(pool) else (server.get("offload_gib", 0) * GiB or None),
+        "ram_pool_bytes": int(pool.iloc[0]) if len(pool) else (server.get("offload_gib", 0) * GiB or None),
         "kv_cache_tokens": rows.kv_cache_tokens.dropna().iloc[0] if rows.kv_cache_tokens.notna().any() else None,
-        "prompt_tokens": int(run.meta["conversation"]["prompt_tokens"]),
-        "target_tokens": int(run.meta["plan"]["target_tokens"]), "evictors": int(run.meta["plan"]["evictors"]),
-        "codes": len(run.meta["conversation"]["codes"]), "health_wait_s": server.get("health_wait_s"),
+        "prompt_tokens": int(run.conversation(1)["prompt_tokens"]) if run.meta.get("conversation") else None,
+        "target_tokens": plan.get("target_tokens"), "evictors": plan.get("evictors"),
+        "codes": len(run.meta["conversation"]["codes"]) if run.meta.get("conversation") else None,
+        "health_wait_s": server.get("health_wait_s"),
     }
 
 
@@ -94,7 +134,8 @@ def load(run_dirs: list[Path], run_schema: Path, request_schema: Path) -> tuple[
         run = read_run(d, run_schema, request_schema)
         rows = pd.DataFrame(measured_rows(run))
         if rows.empty:
-            rows = pd.DataFrame(columns=["phase", "round", "codes_found", "codes_expected", "evicted", "pool_bytes", "kv_cache_tokens"])
+            rows = pd.DataFrame(columns=["phase", "round", "cycle", "codes_found", "codes_expected", "evicted", "pool_bytes",
+                                         "kv_cache_tokens"])
         runs.append(run_summary(run, rows))
         reqs.append(rows)
     return pd.concat(reqs, ignore_index=True), pd.DataFrame(runs)
@@ -109,8 +150,8 @@ def table_runs(runs: pd.DataFrame, setups: list[str]) -> pd.DataFrame:
     return valid.groupby("setup").tail(1).set_index("setup").loc[setups]
 
 
-def _phase(reqs: pd.DataFrame, run: str, phase: str, round_: int = 0) -> pd.Series:
-    sel = reqs[(reqs.run == run) & (reqs.phase == phase) & (reqs["round"] == round_)]
+def _phase(reqs: pd.DataFrame, run: str, phase: str, round_: int = 0, cycle: int = 1) -> pd.Series:
+    sel = reqs[(reqs.run == run) & (reqs.phase == phase) & (reqs["round"] == round_) & (reqs.cycle == cycle)]
     return sel.iloc[-1]
 
 
@@ -182,37 +223,69 @@ def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setups
     writer.add("evict.max_ratio", float(t.ratio_cold_restore.max()), "x")
     writer.add("evict.hit_mean", float(t.ttft_hit_s.mean()), "s")
     if selftest:
-        _selftest_numbers(writer, reqs, runs, selftest)
+        _cpu_numbers(writer, reqs, runs, selftest)
     return t
 
 
-def _selftest_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setup: str) -> None:
-    """The harness's self-test on a CPU vLLM: the latest complete run of that setup."""
+def _spread(writer: Any, key: str, values: pd.Series, unit: str) -> None:
+    """Median, min and max of one quantity over the cycles of a repeated run."""
+    v = values.dropna().astype(float)
+    if v.empty:
+        return
+    writer.add(key + ".median", float(v.median()), unit)
+    writer.add(key + ".min", float(v.min()), unit)
+    writer.add(key + ".max", float(v.max()), unit)
+
+
+def _cpu_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setup: str) -> None:
+    """The measured runs on vLLM's CPU build: per tier (native CPU tier, no-offload control) the latest
+    complete run, its cycles summarised as median and range. Keys: evict.<setup>.<tier>.*"""
     done = runs[(runs.setup == setup) & runs.complete].sort_values("run")
     if done.empty:
         return
-    r = done.iloc[-1]
-    cold, hit, rest = (_phase(reqs, r.run, p, k) for p, k in (("cold", 0), ("hit", 0), ("restore", 1)))
-    p = f"evict.{setup}."
-    writer.add(p + "ttft.cold", cold.ttft_s, "s")
-    writer.add(p + "ttft.hit", hit.ttft_s, "s")
-    writer.add(p + "ttft.restore", rest.ttft_s, "s")
-    writer.add(p + "ratio_cold_hit", cold.ttft_s / hit.ttft_s, "x")
-    writer.add(p + "prompt_tokens", int(r.prompt_tokens), "tokens")
-    writer.add(p + "kv_cache_tokens", int(r.kv_cache_tokens), "tokens")
-    writer.add(p + "evictors", int(r.evictors), "count")
-    writer.add(p + "evictor_tokens_over_cache", r.evictors * r.prompt_tokens / r.kv_cache_tokens, "x")
-    writer.add(p + "restore.gpu_hit_tokens", rest.gpu_hit_tokens, "tokens")
-    writer.add(p + "restore.pool_tokens", rest.pool_tokens, "tokens")
-    writer.add(p + "restore.computed_tokens", rest.computed_tokens, "tokens")
-    writer.add(p + "hit.gpu_hit_tokens", hit.gpu_hit_tokens, "tokens")
-    writer.add(p + "evicted", int(r.evicted), "count")
-    writer.add(p + "excluded", int(r.excluded), "count")
-    writer.add(p + "cold_codes_found", int(cold.codes_found), "count")
-    writer.add(p + "codes", int(r.codes), "count")
-    writer.add(p + "model_params", int(r.model_params), "count")
-    if r.health_wait_s is not None:
-        writer.add(p + "health_wait", float(r.health_wait_s), "s")
+    for tier, group in done.groupby("tier"):
+        r = group.iloc[-1]
+        rows = reqs[reqs.run == r.run]
+        cold, hit, rest = (rows[rows.phase == ph].sort_values("cycle") for ph in ("cold", "hit", "restore"))
+        rest = rest[rest["round"] == 1]
+        p = f"evict.{setup}.{tier}."
+        writer.add(p + "cycles", int(r.cycles), "count")
+        for name, frame in (("cold", cold), ("hit", hit), ("restore", rest)):
+            _spread(writer, p + f"ttft.{name}", frame.ttft_s, "s")
+        ratio = cold.set_index("cycle").ttft_s / rest.set_index("cycle").ttft_s
+        _spread(writer, p + "ratio_cold_restore", ratio, "x")
+        for col in ("gpu_hit_tokens", "pool_tokens", "computed_tokens"):
+            _spread(writer, p + f"restore.{col}", rest[col], "tokens")
+        _spread(writer, p + "cold.gpu_hit_tokens", cold.gpu_hit_tokens, "tokens")
+        _spread(writer, p + "hit.gpu_hit_tokens", hit.gpu_hit_tokens, "tokens")
+        _spread(writer, p + "prompt_tokens", cold.prompt_tokens, "tokens")
+        writer.add(p + "restores_from_pool", int((rest.pool_tokens > 0).sum()), "requests")
+        writer.add(p + "restores_evicted", int(rest.evicted.sum()), "requests")
+        writer.add(p + "restores_gpu_hit_tokens", float(rest.gpu_hit_tokens.sum()), "tokens")
+        writer.add(p + "kv_cache_tokens", int(r.kv_cache_tokens), "tokens")
+        writer.add(p + "evictors", int(r.evictors), "count")
+        writer.add(p + "evictor_tokens_over_cache", r.evictors * r.prompt_tokens / r.kv_cache_tokens, "x")
+        if pd.notna(r.model_params):
+            writer.add(p + "model_params", int(r.model_params), "count")
+        if r.health_wait_s is not None and pd.notna(r.health_wait_s):
+            writer.add(p + "health_wait", float(r.health_wait_s), "s")
+        if rest.load_bytes.notna().any() and (rest.load_bytes > 0).any():
+            _spread(writer, p + "restore_bytes", rest.load_bytes, "B")
+            _spread(writer, p + "blocks_moved", rest.blocks_moved_exact, "blocks")
+            _spread(writer, p + "blocks_served", rest.blocks_served_exact, "blocks")
+            _spread(writer, p + "extra_blocks", rest.blocks_moved_exact - rest.blocks_served_exact, "blocks")
+            writer.add(p + "block_tokens", int(rest.block_tokens.dropna().iloc[0]), "tokens")
+            writer.add(p + "bytes_per_block", int(rest.bytes_per_block.dropna().iloc[0]), "B")
+            if r.ram_pool_bytes:
+                writer.add(p + "ram_pool", float(r.ram_pool_bytes), "B")
+        checked = rest[rest.logprob_passed.notna()]
+        if not checked.empty:
+            writer.add(p + "logprobs.checked", len(checked), "requests")
+            writer.add(p + "logprobs.passed", int(checked.logprob_passed.astype(bool).sum()), "requests")
+            writer.add(p + "logprobs.failed", int((~checked.logprob_passed.astype(bool)).sum()), "requests")
+            writer.add(p + "logprobs.same_compute", int(checked.logprob_same_compute.astype(bool).sum()), "requests")
+            writer.add(p + "logprobs.max_abs_diff", float(checked.logprob_max_diff.astype(float).max()), "nats")
+            writer.add(p + "logprobs.positions", int(checked.logprob_positions.min()), "count")
 
 
 def table1_markdown(t: pd.DataFrame) -> str:

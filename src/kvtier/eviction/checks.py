@@ -35,10 +35,16 @@ def offload_block_tokens(snap: Snapshot, fallback: int | None) -> int | None:
 
 
 def restore_checks(before: Snapshot, after: Snapshot, prompt_tokens: int, block_tokens: int | None,
-                   gpu_hit_tolerance: float = 0.1) -> dict[str, Any]:
-    """Was the prefix evicted, where did its tokens come from, how many blocks moved."""
+                   gpu_hit_tolerance: float = 0.1, bytes_per_block: int | None = None) -> dict[str, Any]:
+    """Was the prefix evicted, where did its tokens come from, how many blocks moved.
+
+    Bytes per offloaded block come from kv_offload_config_info (vLLM >= 0.33), else from
+    `bytes_per_block` (vLLM 0.32: the server log or the model's geometry). Besides the whole
+    blocks the note counts, the exact quotients say how much was moved and served when a load
+    starts or ends inside a block (a partial GPU hit, the last partial block).
+    """
     d = request_delta(before, after)
-    per_block = after.offload_bytes_per_block()
+    per_block = after.offload_bytes_per_block() or bytes_per_block
     block_tokens = offload_block_tokens(after, block_tokens)
     moved = served = None
     if d["load_bytes"] is not None and per_block:
@@ -57,3 +63,14 @@ def restore_checks(before: Snapshot, after: Snapshot, prompt_tokens: int, block_
         "restored_from_pool": bool((d["pool_tokens"] or 0) > 0),
         "recomputed": bool(d["computed_tokens"] >= (1 - gpu_hit_tolerance) * prompt_tokens),  # type: ignore[operator]
     }
+
+
+def exact_blocks(checks: dict[str, Any]) -> dict[str, float | None]:
+    """Blocks moved and served as exact quotients: a load that starts or ends inside an offloaded
+    block (after a partial GPU hit, or the last partial block) moves a fraction of one, which the
+    whole-block counts of the note round away."""
+    per_block, block = checks.get("bytes_per_block"), checks.get("block_tokens")
+    moved = checks["load_bytes"] / per_block if checks.get("load_bytes") is not None and per_block else None
+    served = checks["pool_tokens"] / block if block else None
+    return {"blocks_moved_exact": moved, "blocks_served_exact": served,
+            "tokens_moved": moved * block if moved is not None and block else None}

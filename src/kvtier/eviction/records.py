@@ -31,12 +31,23 @@ REQUEST_SCHEMA = SCHEMA_DIR / "eviction-request.schema.yaml"
 MEASURED_PHASES = ("cold", "hit", "restore")
 
 
-def phase_ids(rounds: int) -> list[str]:
-    """Phases in order: cold, hit, then evictors.r and restore.r for each round."""
-    out = ["cold", "hit"]
-    for r in range(1, rounds + 1):
-        out += [f"evictors.{r}", f"restore.{r}"]
+def phase_ids(rounds: int, repeat: int = 1) -> list[str]:
+    """Phases in order: cold, hit, then evictors.r and restore.r for each round; the same again for
+    each further cycle of a repeated run, prefixed "c<cycle>:" (cycle 1 has no prefix)."""
+    out: list[str] = []
+    for c in range(1, repeat + 1):
+        prefix = "" if c == 1 else f"c{c}:"
+        out += [prefix + "cold", prefix + "hit"]
+        for r in range(1, rounds + 1):
+            out += [f"{prefix}evictors.{r}", f"{prefix}restore.{r}"]
     return out
+
+
+def parse_phase_id(pid: str) -> tuple[int, str, int]:
+    """'c2:restore.1' -> (2, 'restore', 1); 'cold' -> (1, 'cold', 0)."""
+    cycle, _, rest = pid.rpartition(":")
+    name, _, r = rest.partition(".")
+    return (int(cycle[1:]) if cycle else 1), name, int(r or 0)
 
 
 class RunWriter:
@@ -98,9 +109,18 @@ class Run:
     def name(self) -> str:
         return self.dir.name
 
-    def final(self, phase: str, round_: int | None = None) -> list[dict[str, Any]]:
+    @property
+    def cycles(self) -> int:
+        return int((self.meta.get("plan") or {}).get("repeat", 1))
+
+    def conversation(self, cycle: int = 1) -> dict[str, Any]:
+        """The conversation of one cycle (run.yaml lists them all when the run repeats)."""
+        return self.meta["conversations"][cycle - 1] if self.meta.get("conversations") else self.meta["conversation"]
+
+    def final(self, phase: str, round_: int | None = None, cycle: int = 1) -> list[dict[str, Any]]:
         """Requests of a phase from the last attempt that ran it (earlier attempts were cut short)."""
-        rows = [r for r in self.requests if r["phase"] == phase and (round_ is None or r["round"] == round_)]
+        rows = [r for r in self.requests if r["phase"] == phase and (round_ is None or r["round"] == round_)
+                and r.get("cycle", 1) == cycle]
         if not rows:
             return []
         last = max(r["attempt"] for r in rows)

@@ -1,10 +1,14 @@
-"""Drive one eviction-test run against a server: cold -> hit -> (evictors -> restore) x rounds.
+"""Drive one eviction-test run against a server: warm-up, then (cold -> hit -> (evictors -> restore) x rounds) x cycles.
 
 One request at a time. Measured requests (cold, hit, restore) are bracketed by raw /metrics
-snapshots. After every phase run.yaml records it as completed, so a rerun of the same run
-directory resumes after the last completed phase; if the server restarted in between (its
-counters' creation stamp changed), the conversation is read once more ("prime") before a
-phase that needs it cached, and a restore is preceded by its evictors again.
+snapshots, and each evictor is followed by one (the time series through the eviction). After
+every phase run.yaml records it as completed, so a rerun of the same run directory resumes
+after the last completed phase; if the server restarted in between (its counters' creation
+stamp changed), the conversation is read once more ("prime") before a phase that needs it
+cached, and a restore is preceded by its evictors again.
+
+A repeated run (`repeat` > 1) runs the whole cycle again with a fresh conversation and fresh
+evictors each time, so the cycles are independent samples of the same server.
 """
 
 from __future__ import annotations
@@ -19,10 +23,15 @@ from tqdm import tqdm
 
 from ..serving.client import RequestFailed, ServingClient
 from ..serving.metrics import Snapshot
-from ..serving.server import ServerDied, VllmServer, kv_cache_tokens_from_log
+from ..serving.server import ServerDied, VllmServer, kv_cache_tokens_from_log, offload_block_bytes_from_log
 from . import conversation as conv_mod
-from .checks import restore_checks
-from .records import FORMAT, RunWriter, phase_ids
+from . import logprobs as lp_mod
+from .checks import exact_blocks, request_delta, restore_checks
+from .host import kv_bytes_per_token
+from .records import FORMAT, RunWriter, parse_phase_id, phase_ids
+
+CYCLE_SEED_STRIDE = 100_003   # seeds of cycle c: seed + (c - 1) * stride (+ 1000 + i for its evictors)
+WARMUP_SEED = 999_983
 
 
 class HarnessFailed(RuntimeError):
@@ -40,6 +49,11 @@ class Plan:
     evictor_max_tokens: int = 1
     gpu_hit_tolerance: float = 0.1     # restore counts as evicted if GPU hits <= this share of the prompt
     request_timeout_s: float = 1800.0
+    repeat: int = 1                    # cycles, each with a fresh conversation
+    warmup_tokens: int | None = None   # an unrelated request first, the first after a start being slow:
+                                       # None = as long as the conversation (warms the same shapes), 0 = none
+    logprobs: int = 5                  # top alternatives per token on measured requests (0 = no logprobs)
+    logprob_tolerance: float = 0.05    # |Δ logprob| allowed when restore and hit computed different token counts
 
 
 def derive_evictors(kv_cache_tokens: int, conversation_tokens: int, margin: float) -> int:
@@ -49,6 +63,20 @@ def derive_evictors(kv_cache_tokens: int, conversation_tokens: int, margin: floa
 
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _conv_meta(c: conv_mod.Conversation) -> dict[str, Any]:
+    return {"seed": c.seed, "prompt_tokens": c.prompt_tokens, "codes": c.codes, "positions": c.positions,
+            "words": c.words, "digest": c.digest}
+
+
+def _dtype_arg(command: list[str]) -> str | None:
+    for i, a in enumerate(command):
+        if a.startswith("--dtype="):
+            return a.split("=", 1)[1]
+        if a == "--dtype" and i + 1 < len(command):
+            return command[i + 1]
+    return None
 
 
 class Harness:
@@ -93,19 +121,22 @@ class Harness:
 
     # ---------------------------------------------------------------- requests
     def _request(self, phase: str, round_: int, index: int, conv: conv_mod.Conversation, max_tokens: int,
-                 measured: bool, instance: str) -> dict[str, Any]:
+                 measured: bool, instance: str, cycle: int = 1, scrape_after: bool = False) -> dict[str, Any]:
         seq = self.writer.next_seq()
         rec: dict[str, Any] = {"seq": seq, "attempt": self.meta["attempts"], "phase": phase, "round": round_, "index": index,
                                "conversation_seed": conv.seed, "started_at": _now(), "server_instance": instance,
                                "prompt_tokens_expected": conv.prompt_tokens, "max_tokens": max_tokens,
                                "metrics_before": None, "metrics_after": None, "error": None}
-        tag = f"{seq:03d}_{phase}" + (f"{round_}" if round_ else "")
+        if self.plan.repeat > 1:
+            rec["cycle"] = cycle
+        tag = f"{seq:03d}_" + (f"c{cycle}_" if cycle > 1 else "") + phase + (f"{round_}" if round_ else "")
         if measured:
             text, before = self._snapshot()
             rec["metrics_before"] = self.writer.save_metrics(f"{tag}_before", text)
             rec["server_instance"] = before.server_instance()
+        extra: dict[str, Any] = {"logprobs": True, "top_logprobs": self.plan.logprobs} if measured and self.plan.logprobs else {}
         try:
-            res = self.client.stream_chat(conv.messages, max_tokens)
+            res = self.client.stream_chat(conv.messages, max_tokens, **extra)
         except RequestFailed as e:
             rec.update(status="failed", error=str(e))
             self.writer.append_request(rec)
@@ -113,9 +144,11 @@ class Harness:
         rec.update(status="ok", ttft_s=res.ttft_s, first_chunk_s=res.first_chunk_s, first_byte_s=res.first_byte_s,
                    total_s=res.total_s, finish_reason=res.finish_reason, http_status=res.http_status,
                    answer=res.text, usage=res.usage)
+        if res.logprobs is not None:
+            rec["logprobs"] = res.logprobs
         if phase in ("cold", "hit", "restore"):
             rec.update(codes_expected=conv.codes, codes_found=conv_mod.find_codes(res.text, conv.codes))
-        if measured:
+        if measured or scrape_after:
             text, _ = self._snapshot()
             rec["metrics_after"] = self.writer.save_metrics(f"{tag}_after", text)
         self.writer.append_request(rec)
@@ -141,15 +174,43 @@ class Harness:
             raise HarnessFailed(f"run failed in phase {self.phase}: {reason}") from None
         return self.meta
 
+    def _conversations(self) -> list[conv_mod.Conversation]:
+        """One conversation per cycle; a resumed run must rebuild exactly the recorded ones."""
+        plan = self.plan
+        convs = [conv_mod.build(plan.target_tokens, plan.seed + (c - 1) * CYCLE_SEED_STRIDE, self.client.tokenize)
+                 for c in range(1, plan.repeat + 1)]
+        recorded = self.meta.get("conversations") or ([self.meta["conversation"]] if self.meta.get("conversation") else [])
+        for old, new in zip(recorded, convs):
+            if old["digest"] != new.digest:
+                raise HarnessFailed(f"{self.writer.run_yaml}: the rebuilt conversation differs from the recorded one "
+                                    "(other seed, target or tokenizer?); resume only with the same settings")
+        self.meta["conversation"] = _conv_meta(convs[0])
+        if plan.repeat > 1:
+            self.meta["conversations"] = [_conv_meta(c) for c in convs]
+        return convs
+
+    def _offload_block_bytes(self) -> None:
+        """Bytes of one offloaded block from the server's log and from the model's geometry; they must agree.
+
+        vLLM 0.32 has no kv_offload_config_info, so this is how blocks moved are counted from load bytes.
+        """
+        server = self.meta["server"]
+        block = server.get("offload_block_tokens")
+        if server.get("tier") != "native" or not block:
+            return
+        from_log = offload_block_bytes_from_log(self.server.log_path) if self.server is not None else None
+        per_token = kv_bytes_per_token(self.meta["model"]["path"], _dtype_arg(server.get("command") or []))
+        from_model = per_token * block if per_token else None
+        server["offload_block_bytes"] = {"log": from_log, "model": from_model}
+        if from_log and from_model and from_log != from_model:
+            raise HarnessFailed(f"bytes per offloaded block: the server log says {from_log:,}, the model's geometry "
+                                f"{from_model:,} ({per_token:,} B/token x {block:,} tokens); check --dtype and the model")
+
     def _run_phases(self) -> None:
         plan = self.plan
         self.phase = "conversation"
-        target = conv_mod.build(plan.target_tokens, plan.seed, self.client.tokenize)
-        if self.meta["conversation"] is not None and self.meta["conversation"]["digest"] != target.digest:
-            raise HarnessFailed(f"{self.writer.run_yaml}: the rebuilt conversation differs from the recorded one "
-                                "(other seed, target or tokenizer?); resume only with the same settings")
-        self.meta["conversation"] = {"seed": target.seed, "prompt_tokens": target.prompt_tokens, "codes": target.codes,
-                                     "positions": target.positions, "words": target.words, "digest": target.digest}
+        convs = self._conversations()
+        self._offload_block_bytes()
         _, snap = self._snapshot()
         if self.meta["plan"] is None:
             kv = snap.kv_cache_tokens()
@@ -157,22 +218,28 @@ class Harness:
                 kv = kv_cache_tokens_from_log(self.server.log_path)
             if plan.evictors is None and kv is None:
                 raise HarnessFailed("cannot derive the number of evictors: /metrics has no cache_config_info; pass --evictors")
-            n = plan.evictors if plan.evictors is not None else derive_evictors(kv, target.prompt_tokens, plan.margin)  # type: ignore[arg-type]
+            n = plan.evictors if plan.evictors is not None else derive_evictors(kv, convs[0].prompt_tokens, plan.margin)  # type: ignore[arg-type]
             self.meta["plan"] = {**asdict(plan), "evictors": n, "evictors_from": "given" if plan.evictors is not None else "derived",
                                  "kv_cache_tokens": kv}
         self.writer.write_meta(self.meta)
         n_evict = self.meta["plan"]["evictors"]
-        evictors = [conv_mod.build_like(target, plan.seed + 1000 + i, self.client.tokenize) for i in range(n_evict)]
+        evictors = {c: [conv_mod.build_like(convs[c - 1], plan.seed + (c - 1) * CYCLE_SEED_STRIDE + 1000 + i, self.client.tokenize)
+                        for i in range(n_evict)] for c in range(1, plan.repeat + 1)}
 
-        todo = [p for p in phase_ids(plan.rounds) if p not in self.meta["phases_completed"]]
+        todo = [p for p in phase_ids(plan.rounds, plan.repeat) if p not in self.meta["phases_completed"]]
         sizes = {"cold": 1, "hit": 1, "evictors": n_evict, "restore": 1}
-        bar = tqdm(total=sum(sizes[p.split(".")[0]] for p in todo), disable=not self.progress, unit="req",
+        bar = tqdm(total=sum(sizes[parse_phase_id(p)[1]] for p in todo), disable=not self.progress, unit="req",
                    desc=f"eviction {self.setup}")
         try:
+            warmup = plan.target_tokens if plan.warmup_tokens is None else plan.warmup_tokens
+            if todo and warmup:
+                self.phase = "warmup"
+                warm = conv_mod.build(warmup, plan.seed + WARMUP_SEED, self.client.tokenize)
+                self._request("warmup", 0, 0, warm, 1, False, snap.server_instance())
             while todo:
                 pid = todo.pop(0)
-                name, _, r = pid.partition(".")
-                round_ = int(r or 0)
+                cycle, name, round_ = parse_phase_id(pid)
+                target = convs[cycle - 1]
                 self.phase = pid
                 _, snap = self._snapshot()
                 instance = snap.server_instance()
@@ -180,22 +247,23 @@ class Harness:
                 if last is not None and instance != last and name != "cold":
                     # a restarted server holds nothing: read the conversation again first
                     if name == "restore":
-                        self.meta["phases_completed"].remove(f"evictors.{round_}")
-                        todo[:0] = [f"evictors.{round_}", pid]
+                        evict_pid = pid.replace("restore.", "evictors.")
+                        self.meta["phases_completed"].remove(evict_pid)
+                        todo[:0] = [evict_pid, pid]
                         continue
-                    self._request("prime", round_, 0, target, 1, False, instance)
+                    self._request("prime", round_, 0, target, 1, False, instance, cycle)
                 bar.set_description(f"{self.setup} {pid}")
                 if name == "evictors":
-                    for i, ev in enumerate(evictors):
-                        self._request("evictors", round_, i, ev, plan.evictor_max_tokens, False, instance)
+                    for i, ev in enumerate(evictors[cycle]):
+                        self._request("evictors", round_, i, ev, plan.evictor_max_tokens, False, instance, cycle, scrape_after=True)
                         bar.update(1)
                         bar.set_postfix(tokens=ev.prompt_tokens)
                 else:
-                    rec = self._request(name, round_, 0, target, plan.max_tokens, True, instance)
+                    rec = self._request(name, round_, 0, target, plan.max_tokens, True, instance, cycle)
                     bar.update(1)
                     bar.set_postfix(ttft=f"{rec['ttft_s'] or rec['first_chunk_s'] or 0:.2f}s")
                     if name == "restore":
-                        self._record_checks(pid, rec, target.prompt_tokens)
+                        self._record_checks(pid, rec, cycle, target.prompt_tokens)
                 self.meta["phases_completed"].append(pid)
                 self.meta["server_instance"] = instance
                 self.writer.write_meta(self.meta)
@@ -203,22 +271,33 @@ class Harness:
             bar.close()
         self._finish()
 
-    def _record_checks(self, pid: str, rec: dict[str, Any], prompt_tokens: int) -> None:
+    def _record_checks(self, pid: str, rec: dict[str, Any], cycle: int, prompt_tokens: int) -> None:
         d = self.writer.dir
         before = Snapshot.read(d / rec["metrics_before"])
         after = Snapshot.read(d / rec["metrics_after"])
-        checks = restore_checks(before, after, prompt_tokens, self.meta["server"].get("offload_block_tokens"),
-                                self.plan.gpu_hit_tolerance)
+        server = self.meta["server"]
+        hint = (server.get("offload_block_bytes") or {})
+        checks = restore_checks(before, after, prompt_tokens, server.get("offload_block_tokens"),
+                                self.plan.gpu_hit_tolerance, hint.get("log") or hint.get("model"))
+        checks.update(exact_blocks(checks))
+        hit = [r for r in self.writer_requests() if r["phase"] == "hit" and r.get("cycle", 1) == cycle and r["status"] == "ok"]
+        if hit and rec.get("logprobs") is not None and hit[-1].get("logprobs") is not None:
+            hit_delta = request_delta(Snapshot.read(d / hit[-1]["metrics_before"]), Snapshot.read(d / hit[-1]["metrics_after"]))
+            same = hit_delta["computed_tokens"] == checks["computed_tokens"]
+            checks["logprobs"] = lp_mod.verdict(lp_mod.compare(rec["logprobs"], hit[-1]["logprobs"]), same,
+                                                self.plan.logprob_tolerance)
         self.meta.setdefault("checks", {})[pid] = checks
 
     def _finish(self) -> None:
         self.phase = "finish"
-        cold = [r for r in self.writer_requests() if r["phase"] == "cold" and r["status"] == "ok"][-1]
-        missing = [c for c in cold["codes_expected"] if c not in cold["codes_found"]]
-        self.meta["excluded"] = bool(missing)
-        self.meta["exclusion_reason"] = (f"cold read returned {len(cold['codes_found'])} of {len(cold['codes_expected'])} codes "
-                                         "(the model fails the check even without eviction)") if missing else ""
+        colds = {r.get("cycle", 1): r for r in self.writer_requests() if r["phase"] == "cold" and r["status"] == "ok"}
+        short = [r for r in colds.values() if len(r["codes_found"]) < len(r["codes_expected"])]
+        self.meta["excluded"] = bool(short)
+        self.meta["exclusion_reason"] = (f"cold read returned {len(short[0]['codes_found'])} of {len(short[0]['codes_expected'])} codes "
+                                         "(the model fails the check even without eviction)") if short else ""
         self.meta["not_evicted"] = not all(c["evicted"] for c in self.meta.get("checks", {}).values())
+        failed = [pid for pid, c in self.meta.get("checks", {}).items() if (c.get("logprobs") or {}).get("passed") is False]
+        self.meta["logprobs_mismatch"] = failed
         self.meta.update(status="complete", finished=_now())
         self.writer.write_meta(self.meta)
 

@@ -29,6 +29,7 @@ class StreamResult:
     finish_reason: str | None
     usage: dict[str, Any] = field(default_factory=dict)
     http_status: int = 200
+    logprobs: list[dict[str, Any]] | None = None  # per generated token: token, logprob, top [[token, logprob], ...]
 
     def as_record(self) -> dict[str, Any]:
         return asdict(self)
@@ -106,6 +107,7 @@ class ServingClient:
         first_byte = first_chunk = ttft = None
         parts: list[str] = []
         usage: dict[str, Any] = {}
+        logprobs: list[dict[str, Any]] | None = [] if body.get("logprobs") else None
         finish = None
         try:
             with self.http.stream("POST", path, json=body) as r:
@@ -133,8 +135,23 @@ class ServingClient:
                                 ttft = now
                             parts.append(text)
                         finish = choice.get("finish_reason") or finish
+                        if logprobs is not None:
+                            logprobs.extend(_token_logprobs(choice.get("logprobs"), chat))
         except httpx.TimeoutException as e:
             raise RequestFailed(f"POST {path}: timed out after {time.perf_counter() - t0:.1f} s ({type(e).__name__})") from None
         except httpx.TransportError as e:
             raise RequestFailed(f"POST {path}: connection lost after {time.perf_counter() - t0:.1f} s ({type(e).__name__}: {e})") from None
-        return StreamResult(ttft, first_chunk, first_byte, time.perf_counter() - t0, "".join(parts), finish, usage)
+        return StreamResult(ttft, first_chunk, first_byte, time.perf_counter() - t0, "".join(parts), finish, usage,
+                            logprobs=logprobs)
+
+
+def _token_logprobs(lp: dict[str, Any] | None, chat: bool) -> list[dict[str, Any]]:
+    """The chunk's per-token logprobs in one shape for both APIs (chat: content[]; completions: arrays)."""
+    if not lp:
+        return []
+    if chat:
+        return [{"token": t["token"], "logprob": t["logprob"],
+                 "top": [[x["token"], x["logprob"]] for x in t.get("top_logprobs") or []]} for t in lp.get("content") or []]
+    tops = lp.get("top_logprobs") or [None] * len(lp.get("tokens") or [])
+    return [{"token": tok, "logprob": val, "top": [[k, v] for k, v in (top or {}).items()]}
+            for tok, val, top in zip(lp.get("tokens") or [], lp.get("token_logprobs") or [], tops)]

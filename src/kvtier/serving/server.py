@@ -3,6 +3,11 @@
 Preflight follows the note's recommendations: a RAM pool needs free RAM with headroom, the
 native pool is a file in /dev/shm, and pinned host memory needs a memlock limit that allows
 it. Each failing check stops before the server starts, with the numbers that failed it.
+
+On vLLM's CPU build the native tier runs with kvtier's own offloading spec (package
+`kvtier_cpu_offload`, put on the server's PYTHONPATH): vLLM's stock worker needs CUDA, the rest
+of its native offloading runs unchanged. Nothing is pinned there and the pool is a private
+tensor unless `host_pool="shm"`, so the memlock and /dev/shm checks apply only where they bite.
 """
 
 from __future__ import annotations
@@ -24,6 +29,15 @@ import httpx
 
 GiB = 2**30
 TIERS = ("native", "lmcache", "none")
+PLATFORMS = ("cuda", "cpu")
+HOST_POOLS = ("private", "shm")
+# vLLM's default KV block size where the platform fixes it (the CPU attention backend: 128 tokens,
+# multiples of 32 accepted). On CUDA it depends on the attention backend, so it is checked only
+# when --block-size is given.
+DEFAULT_BLOCK_TOKENS = {"cpu": 128}
+CPU_BLOCK_MULTIPLE = 32
+PLUGIN_DIR = Path(__file__).resolve().parent / "vllm_plugin"
+CPU_SPEC = {"spec_name": "KvtierCPUOffloadingSpec", "spec_module_path": "kvtier_cpu_offload.spec"}
 
 
 class PreflightError(RuntimeError):
@@ -48,6 +62,32 @@ class ServerSpec:
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
     ram_headroom_gib: float = 8.0
+    platform: str = "cuda"              # where vLLM runs: "cuda" (GPU build) or "cpu" (the CPU build)
+    host_pool: str = "private"          # CPU build, native tier: private tensor or vLLM's /dev/shm region
+    offload_extra: dict[str, object] = field(default_factory=dict)  # more kv_connector_extra_config keys
+
+    @property
+    def uses_cpu_spec(self) -> bool:
+        return self.tier == "native" and self.platform == "cpu"
+
+    @property
+    def pins_host_memory(self) -> bool:
+        """Pinned host memory (memlock) is used by the CUDA paths only: the CPU build pins nothing."""
+        return self.tier != "none" and self.platform == "cuda"
+
+    @property
+    def pool_in_shm(self) -> bool:
+        return self.tier == "native" and (self.platform == "cuda" or self.host_pool == "shm")
+
+    @property
+    def server_block_tokens(self) -> int | None:
+        """The server's KV block size: --block-size if given, else the platform's fixed default."""
+        for i, a in enumerate(self.extra_args):
+            if a.startswith("--block-size="):
+                return int(a.split("=", 1)[1])
+            if a == "--block-size" and i + 1 < len(self.extra_args):
+                return int(self.extra_args[i + 1])
+        return DEFAULT_BLOCK_TOKENS.get(self.platform)
 
     @property
     def url(self) -> str:
@@ -57,15 +97,21 @@ class ServerSpec:
         """The `vllm serve` argv: prefix caching and per-request cached-token counts always on."""
         if self.tier not in TIERS:
             raise ValueError(f"tier must be one of {TIERS}, not {self.tier!r}")
+        if self.platform not in PLATFORMS:
+            raise ValueError(f"platform must be one of {PLATFORMS}, not {self.platform!r}")
+        if self.host_pool not in HOST_POOLS:
+            raise ValueError(f"host_pool must be one of {HOST_POOLS}, not {self.host_pool!r}")
         argv = [self.vllm_bin, "serve", self.model, "--served-model-name", self.served_name,
                 "--host", self.host, "--port", str(self.port), "--enable-prefix-caching",
                 "--enable-prompt-tokens-details"]
         if self.max_model_len:
             argv += ["--max-model-len", str(self.max_model_len)]
         if self.tier == "native":
-            cfg = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both",
-                   "kv_connector_extra_config": {"block_size": self.offload_block_tokens,
-                                                 "cpu_bytes_to_use": int(self.offload_gib * GiB)}}
+            extra: dict[str, object] = {"block_size": self.offload_block_tokens, "cpu_bytes_to_use": int(self.offload_gib * GiB)}
+            if self.uses_cpu_spec:
+                extra.update(CPU_SPEC, kvtier_host_pool=self.host_pool)
+            extra.update(self.offload_extra)
+            cfg = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both", "kv_connector_extra_config": extra}
             argv += ["--kv-transfer-config", json.dumps(cfg, separators=(",", ":"))]
         elif self.tier == "lmcache":
             argv += ["--kv-transfer-config", json.dumps({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"})]
@@ -76,8 +122,25 @@ class ServerSpec:
         if self.tier == "lmcache":
             env.update(LMCACHE_LOCAL_CPU="True", LMCACHE_CHUNK_SIZE="256",
                        LMCACHE_MAX_LOCAL_CPU_SIZE=f"{self.offload_gib * GiB / 1e9:.1f}")
+        if self.uses_cpu_spec:  # the API server, engine core and worker all import the spec
+            env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PLUGIN_DIR), env.get("PYTHONPATH", "")) if p)
+        if self.platform == "cpu":
+            env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")  # a laptop has no core to spare
         env.update(self.env)
         return env
+
+
+def offload_block_sizes(spec: ServerSpec) -> str:
+    """Which offloaded block sizes work with this server's KV block size, for an error message."""
+    block = spec.server_block_tokens
+    want = spec.offload_block_tokens
+    near = sorted({max(block, want // block * block), -(-want // block) * block}) if block else []
+    hint = " or ".join(f"{n:,}" for n in near)
+    if spec.platform == "cpu":
+        fits = [b for b in range(CPU_BLOCK_MULTIPLE, want + 1, CPU_BLOCK_MULTIPLE) if want % b == 0]
+        return (f"use an offloaded block of {hint} tokens, or keep {want:,} with a server block size that divides it "
+                f"(--block-size {' / '.join(map(str, fits[:4]))}: the CPU backend takes multiples of {CPU_BLOCK_MULTIPLE})")
+    return f"use an offloaded block of {hint} tokens, or a --block-size that divides {want:,}"
 
 
 def _meminfo_bytes(field_name: str) -> int:
@@ -108,12 +171,22 @@ def preflight(spec: ServerSpec, shm: str = "/dev/shm") -> list[str]:
             f"free RAM {avail / GiB:.1f} GiB is below pool {spec.offload_gib:g} GiB + headroom {spec.ram_headroom_gib:g} GiB; "
             "shrink the pool or stop what holds the memory (a previous server may still be exiting)")
     done.append(f"free RAM {avail / GiB:.1f} GiB >= pool + headroom {need / GiB:.1f} GiB")
-    if spec.tier == "native":
+    block = spec.server_block_tokens
+    if spec.tier == "native" and block:
+        if spec.offload_block_tokens % block:
+            raise PreflightError(f"offloaded block of {spec.offload_block_tokens:,} tokens is not a multiple of the server's "
+                                 f"KV block of {block} tokens (vLLM refuses it at start): {offload_block_sizes(spec)}")
+        done.append(f"offloaded block {spec.offload_block_tokens:,} tokens = {spec.offload_block_tokens // block} "
+                    f"server blocks of {block}")
+    if spec.pool_in_shm:
         free_shm = shutil.disk_usage(shm).free
         if free_shm < pool:
             raise PreflightError(f"{shm} has {free_shm / GiB:.1f} GiB free, less than the {spec.offload_gib:g} GiB pool file; "
                                  "enlarge it (mount -o remount,size=...) or shrink the pool")
         done.append(f"{shm} free {free_shm / GiB:.1f} GiB >= pool")
+    if not spec.pins_host_memory:
+        done.append("nothing pinned on the CPU build: no memlock limit needed")
+        return done
     soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     if soft != resource.RLIM_INFINITY and soft < pool:
         raise PreflightError(f"memlock limit {soft / GiB:.3f} GiB is below the pool ({spec.offload_gib:g} GiB) that must be pinned; "
@@ -123,15 +196,25 @@ def preflight(spec: ServerSpec, shm: str = "/dev/shm") -> list[str]:
 
 
 KV_CACHE_LINE = re.compile(r"(?:GPU|CPU|XPU) KV cache size: ([\d,]+) tokens")
+OFFLOAD_BLOCK_LINE = re.compile(r"kvtier_cpu_offload: bytes_per_offloaded_block=(\d+)")
+
+
+def _first_match(path: str | Path, pattern: re.Pattern[str]) -> int | None:
+    try:
+        m = pattern.search(Path(path).read_text(encoding="utf-8", errors="replace"))
+    except OSError:
+        return None
+    return int(m.group(1).replace(",", "")) if m else None
 
 
 def kv_cache_tokens_from_log(path: str | Path) -> int | None:
     """The startup line "GPU KV cache size: N tokens" (CPU on the CPU backend), if logged yet."""
-    try:
-        m = KV_CACHE_LINE.search(Path(path).read_text(encoding="utf-8", errors="replace"))
-    except OSError:
-        return None
-    return int(m.group(1).replace(",", "")) if m else None
+    return _first_match(path, KV_CACHE_LINE)
+
+
+def offload_block_bytes_from_log(path: str | Path) -> int | None:
+    """Bytes of one offloaded block as kvtier's CPU worker computed them from vLLM's own page sizes."""
+    return _first_match(path, OFFLOAD_BLOCK_LINE)
 
 
 class VllmServer:
