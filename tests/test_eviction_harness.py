@@ -134,7 +134,8 @@ def test_repeat_runs_fresh_conversations_per_cycle(tmp_path):
     assert meta["status"] == "complete" and run.cycles == 3
     assert meta["phases_completed"][-4:] == ["c3:cold", "c3:hit", "c3:evictors.1", "c3:restore.1"]
     assert len({c["digest"] for c in meta["conversations"]}) == 3
-    assert set(meta["checks"]) == {"restore.1", "c2:restore.1", "c3:restore.1"}
+    assert set(meta["checks"]) == {"cold", "restore.1", "c2:cold", "c2:restore.1", "c3:cold", "c3:restore.1"}
+    assert all(meta["checks"][p]["verified_cold"] for p in ("cold", "c2:cold", "c3:cold"))
     for cycle in (1, 2, 3):
         cold = run.final("cold", 0, cycle)[0]
         assert cold["conversation_seed"] == run.conversation(cycle)["seed"]

@@ -61,7 +61,7 @@ def run_harness(s: ServerSpec, run_dir: Path, on_start=None) -> dict:
         if on_start:
             on_start(server)
         client = ServingClient(s.url, "tiny", timeout_s=120)
-        return Harness(client, RunWriter(run_dir), "cpu", Plan(target_tokens=3000, max_tokens=8), static(s), server,
+        return Harness(client, RunWriter(run_dir), "cpu", Plan(target_tokens=3000, max_tokens=8, warmup_tokens=0), static(s), server,
                        progress=False).run()
 
 
@@ -81,7 +81,8 @@ def test_whole_run_on_a_real_server(tiny_model, tmp_path):
     assert chk["recomputed"] and chk["computed_tokens"] == prompt
     # a random model cannot return the codes: the run is kept and marked excluded
     assert meta["excluded"] and cold["codes_found"] == [] and "0 of 3" in meta["exclusion_reason"]
-    assert (run_dir / "server.log").stat().st_size > 0 and len(list((run_dir / "metrics").glob("*.prom"))) == 6
+    # six around the measured requests, and one after each of the eight evictors
+    assert (run_dir / "server.log").stat().st_size > 0 and len(list((run_dir / "metrics").glob("*.prom"))) == 6 + 8
 
 
 def test_killed_server_leaves_records_and_a_rerun_resumes(tiny_model, tmp_path):

@@ -15,6 +15,13 @@ Examples
   # a run that failed (server died, Ctrl-C, timeout) resumes after its last completed phase
   kvtier-harness run --setup A --model /models/27b --run-id 2026-10-12-a   # same id again
 
+  # vLLM's CPU build on a laptop: the native tier through kvtier's own offloading spec
+  # (chosen by itself on a CPU platform), 1,600-token offloaded blocks on 64-token server blocks,
+  # five cycles with fresh conversations
+  kvtier-harness run --setup cpu --model ./tiny --served-model-name tiny --tier native \
+      --offload-gib 0.25 --target-tokens 8020 --repeat 5 --vllm-bin .venv-vllm/bin/vllm \
+      --server-arg=--block-size=64 --server-arg=--kv-cache-memory-bytes=67108864 --server-arg=--dtype=bfloat16
+
   kvtier-harness preflight --tier native --offload-gib 100    # checks only
   kvtier-harness show raw/eviction/A/<run>                    # validate and summarise records
 
@@ -31,7 +38,7 @@ import sys
 from pathlib import Path
 
 from .errors import ManifestError, RawRecordError
-from .eviction.host import host_info, model_params, versions
+from .eviction.host import host_info, model_params, server_software, versions
 from .eviction.records import RunWriter, read_run
 from .eviction.runner import Harness, HarnessFailed, Plan
 from .serving.client import RequestFailed, ServingClient
@@ -40,11 +47,20 @@ from .serving.server import PreflightError, ServerDied, ServerSpec, VllmServer, 
 DEFAULT_VLLM = os.environ.get("KVTIER_VLLM_BIN", "vllm")
 
 
-def _spec(a: argparse.Namespace) -> ServerSpec:
+def _platform(a: argparse.Namespace, software: dict[str, str] | None = None) -> str:
+    """--platform auto: what the vLLM binary's own Python reports (the CPU build says 'cpu')."""
+    if a.platform != "auto":
+        return a.platform
+    software = server_software(a.vllm_bin) if software is None else software
+    return "cpu" if software.get("vllm_platform") == "cpu" or software.get("vllm", "").endswith("+cpu") else "cuda"
+
+
+def _spec(a: argparse.Namespace, platform: str | None = None) -> ServerSpec:
     return ServerSpec(model=a.model or "", served_name=a.served_name, tier=a.tier, offload_gib=a.offload_gib,
                       offload_block_tokens=a.block_tokens, host=a.host, port=a.port, vllm_bin=a.vllm_bin,
                       max_model_len=a.max_model_len, extra_args=list(a.server_arg), ram_headroom_gib=a.ram_headroom_gib,
-                      env=dict(kv.split("=", 1) for kv in a.server_env))
+                      env=dict(kv.split("=", 1) for kv in a.server_env), platform=platform or _platform(a),
+                      host_pool=a.host_pool)
 
 
 def _server_args(p: argparse.ArgumentParser) -> None:
@@ -55,6 +71,10 @@ def _server_args(p: argparse.ArgumentParser) -> None:
                    help="second KV tier: vLLM's native offload, LMCache, or none")
     g.add_argument("--offload-gib", type=float, default=0.0, help="RAM pool size in GiB (native, lmcache)")
     g.add_argument("--block-tokens", type=int, default=1600, help="offloaded block size in tokens (native)")
+    g.add_argument("--platform", choices=["auto", "cuda", "cpu"], default="auto",
+                   help="vLLM's platform; cpu runs the native tier through kvtier's offloading spec (auto: ask the vLLM binary)")
+    g.add_argument("--host-pool", choices=["private", "shm"], default="private",
+                   help="CPU build, native tier: the pool as a private tensor or in vLLM's /dev/shm region")
     g.add_argument("--max-model-len", type=int)
     g.add_argument("--host", default="127.0.0.1")
     g.add_argument("--port", type=int, default=8000)
@@ -79,6 +99,11 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--evictors", type=int, help="number of evicting conversations; omitted: derived from the KV cache size")
     r.add_argument("--margin", type=float, default=0.1, help="evictor tokens >= (KV cache + conversation) x (1 + margin)")
     r.add_argument("--rounds", type=int, default=1, help="evict-and-restore rounds")
+    r.add_argument("--repeat", type=int, default=1, help="cycles of cold/hit/evict/restore, each with a fresh conversation")
+    r.add_argument("--warmup-tokens", type=int, help="an unrelated request of this size first (default: the conversation's size; 0: none)")
+    r.add_argument("--logprobs", type=int, default=5, help="top logprobs asked for on measured requests (0: none)")
+    r.add_argument("--logprob-tolerance", type=float, default=0.05,
+                   help="|Δ logprob| allowed between restore and hit when they computed different token counts (else 0)")
     r.add_argument("--max-tokens", type=int, default=64, help="answer length of the measured requests")
     r.add_argument("--request-timeout", type=float, default=1800.0, help="seconds without a byte before a request fails")
     r.add_argument("--gpu-hit-tolerance", type=float, default=0.1, help="a restore with more GPU-cache hits than this share of the prompt is 'not evicted'")
@@ -107,13 +132,23 @@ def cmd_show(a: argparse.Namespace) -> int:
     print(f"{run.dir}: setup {m['setup']}, status {m['status']}, phases {', '.join(m['phases_completed']) or '-'}")
     if m.get("failure"):
         print(f"  failed in {m['failure']['phase']}: {m['failure']['reason']}")
+    if m.get("plan") is None:
+        print("  no plan: the run stopped before its first request")
     for r in run.requests:
-        if r["phase"] != "evictors":
-            print(f"  #{r['seq']} {r['phase']}{r['round'] or ''} attempt {r['attempt']}: {r['status']} "
-                  f"ttft {r.get('ttft_s')} codes {len(r.get('codes_found', []))}/{len(r.get('codes_expected', []))}")
+        if r["phase"] not in ("evictors", "warmup"):
+            cycle = f" cycle {r['cycle']}" if "cycle" in r else ""
+            print(f"  #{r['seq']} {r['phase']}{r['round'] or ''}{cycle} attempt {r['attempt']}: {r['status']} "
+                  f"ttft {r.get('ttft_s')} first chunk {r.get('first_chunk_s')} "
+                  f"codes {len(r.get('codes_found', []))}/{len(r.get('codes_expected', []))}")
     for pid, c in (m.get("checks") or {}).items():
+        if "verified_cold" in c:
+            print(f"  {pid}: cold={c['verified_cold']} gpu={c['gpu_hit_tokens']:.0f} pool={c['pool_tokens']:.0f} "
+                  f"computed={c['computed_tokens']:.0f}")
+            continue
+        lp = c.get("logprobs") or {}
+        lp_text = f" logprobs max|Δ|={lp['max_abs_diff']} passed={lp['passed']}" if lp.get("positions") else ""
         print(f"  {pid}: evicted={c['evicted']} gpu={c['gpu_hit_tokens']:.0f} pool={c['pool_tokens']:.0f} "
-              f"computed={c['computed_tokens']:.0f} load_bytes={c['load_bytes']}")
+              f"computed={c['computed_tokens']:.0f} load_bytes={c['load_bytes']}{lp_text}")
     if m.get("excluded"):
         print(f"  excluded: {m['exclusion_reason']}")
     return 0
@@ -122,7 +157,8 @@ def cmd_show(a: argparse.Namespace) -> int:
 def cmd_run(a: argparse.Namespace) -> int:
     run_id = a.run_id or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
     writer = RunWriter(Path(a.out) / a.setup / run_id)
-    spec = _spec(a)
+    software = versions(None if a.url else a.vllm_bin)
+    spec = _spec(a, "cuda" if a.url and a.platform == "auto" else _platform(a, software))
     server = None
     if a.url:
         server_meta = {"mode": "attached", "url": a.url, "tier": a.tier, "offload_gib": a.offload_gib,
@@ -135,12 +171,15 @@ def cmd_run(a: argparse.Namespace) -> int:
             print("preflight ok:", line, file=sys.stderr)
         server_meta = {"mode": "launched", "url": spec.url, "tier": spec.tier, "offload_gib": spec.offload_gib,
                        "offload_block_tokens": spec.offload_block_tokens if spec.tier == "native" else None,
-                       "command": spec.command(), "env": spec.env}
+                       "command": spec.command(), "env": spec.env, "platform": spec.platform}
+        if spec.uses_cpu_spec:
+            server_meta["host_pool"] = spec.host_pool
     static = {"description": a.description, "host": host_info(),
               "model": {"path": a.model or "", "served_name": a.served_name, "params": model_params(a.model) if a.model else None},
-              "server": server_meta, "versions": versions(None if a.url else a.vllm_bin)}
+              "server": server_meta, "versions": software}
     plan = Plan(target_tokens=a.target_tokens, seed=a.seed, evictors=a.evictors, margin=a.margin, rounds=a.rounds,
-                max_tokens=a.max_tokens, gpu_hit_tolerance=a.gpu_hit_tolerance, request_timeout_s=a.request_timeout)
+                max_tokens=a.max_tokens, gpu_hit_tolerance=a.gpu_hit_tolerance, request_timeout_s=a.request_timeout,
+                repeat=a.repeat, warmup_tokens=a.warmup_tokens, logprobs=a.logprobs, logprob_tolerance=a.logprob_tolerance)
     client = ServingClient(a.url or spec.url, None if a.url else a.served_name, timeout_s=a.request_timeout)
     harness = Harness(client, writer, a.setup, plan, static, progress=not a.no_progress)
     try:
@@ -164,17 +203,22 @@ def cmd_run(a: argparse.Namespace) -> int:
         if server is not None:
             server.stop()
         if a.pin:
-            _pin(writer.dir)
+            _pin(writer.dir, a.description)
     print(f"{writer.dir}: {meta['status']}" + (" (excluded: " + meta["exclusion_reason"] + ")" if meta.get("excluded") else "")
-          + (" (NOT EVICTED: the restore found its prefix in GPU memory)" if meta.get("not_evicted") else ""))
+          + (" (NOT EVICTED: the restore found its prefix in GPU memory)" if meta.get("not_evicted") else "")
+          + (f" (COLD READ NOT COLD on {', '.join(meta['cold_not_verified'])}: the server had cached the conversation)"
+             if meta.get("cold_not_verified") else "")
+          + (f" (LOGPROBS DIFFER on {', '.join(meta['logprobs_mismatch'])}: the restored KV is not what was stored)"
+             if meta.get("logprobs_mismatch") else ""))
     return 0
 
 
-def _pin(run_dir: Path) -> None:
+def _pin(run_dir: Path, description: str = "") -> None:
     from .manifest import add_entries
 
     files = sorted(p for p in run_dir.rglob("*") if p.is_file())
-    add_entries(files, "measured", f"eviction-test records of {run_dir.parent.name}/{run_dir.name} (kvtier-harness)")
+    add_entries(files, "measured", f"eviction-test records of {run_dir.parent.name}/{run_dir.name} (kvtier-harness)"
+                + (f": {description}" if description else ""))
 
 
 def main(argv: list[str] | None = None) -> int:

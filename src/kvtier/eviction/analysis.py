@@ -110,12 +110,16 @@ def run_summary(run: Run, rows: pd.DataFrame) -> dict[str, Any]:
                 and len(restores) == int(plan.get("rounds", 0)) * run.cycles)
     excluded = bool(complete and (cold.codes_found < cold.codes_expected).any())
     evicted = bool(complete and restores.evicted.all())
+    # a cold read that found the conversation cached (a resumed run on the same server) is no cold read
+    tol = float(plan.get("gpu_hit_tolerance", 0.1))
+    cold_ok = bool(complete and ((cold.gpu_hit_tokens + cold.pool_tokens) <= tol * cold.prompt_tokens).all())
     gpu = run.meta["host"].get("gpu") or {}
     server = run.meta["server"]
     pool = rows.pool_bytes.dropna()
     return {
         "setup": run.setup, "run": run.name, "provenance": run.meta["provenance"], "status": run.meta["status"],
-        "tier": server["tier"], "platform": server.get("platform", "cuda"), "cycles": run.cycles, "complete": complete, "excluded": excluded, "evicted": evicted, "valid": complete and not excluded and evicted,
+        "tier": server["tier"], "platform": server.get("platform", "cuda"), "cycles": run.cycles, "complete": complete, "excluded": excluded, "evicted": evicted, "cold_verified": cold_ok,
+        "valid": complete and not excluded and evicted and cold_ok,
         "model": run.meta["model"]["served_name"], "model_params": run.meta["model"].get("params"),
         "gpu": gpu.get("name", "none (CPU)"), "gpu_memory_bytes": gpu.get("memory_total_mib", 0) * MiB if gpu else None,
         "ram_pool_bytes": int(pool.iloc[0]) if len(pool) else (server.get("offload_gib", 0) * GiB or None),
@@ -135,7 +139,7 @@ def load(run_dirs: list[Path], run_schema: Path, request_schema: Path) -> tuple[
         rows = pd.DataFrame(measured_rows(run))
         if rows.empty:
             rows = pd.DataFrame(columns=["phase", "round", "cycle", "codes_found", "codes_expected", "evicted", "pool_bytes",
-                                         "kv_cache_tokens"])
+                                         "kv_cache_tokens", "gpu_hit_tokens", "pool_tokens", "prompt_tokens"])
         runs.append(run_summary(run, rows))
         reqs.append(rows)
     return pd.concat(reqs, ignore_index=True), pd.DataFrame(runs)
@@ -175,7 +179,7 @@ def table1(reqs: pd.DataFrame, runs: pd.DataFrame, setups: list[str]) -> pd.Data
     return pd.DataFrame(out)
 
 
-def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setups: list[str], selftest: str | None) -> pd.DataFrame:
+def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setups: list[str], cpu_setup: str | None) -> pd.DataFrame:
     t = table1(reqs, runs, setups)
     for row in t.itertuples(index=False):
         p = f"evict.{row.setup}."
@@ -222,8 +226,8 @@ def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setups
         writer.add("evict.target_tokens", targets.pop(), "tokens", note="size the conversations were built to")
     writer.add("evict.max_ratio", float(t.ratio_cold_restore.max()), "x")
     writer.add("evict.hit_mean", float(t.ttft_hit_s.mean()), "s")
-    if selftest:
-        _cpu_numbers(writer, reqs, runs, selftest)
+    if cpu_setup:
+        _cpu_numbers(writer, reqs, runs, cpu_setup)
     return t
 
 
@@ -240,7 +244,7 @@ def _spread(writer: Any, key: str, values: pd.Series, unit: str) -> None:
 def _cpu_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setup: str) -> None:
     """The measured runs on vLLM's CPU build: per tier (native CPU tier, no-offload control) the latest
     complete run, its cycles summarised as median and range. Keys: evict.<setup>.<tier>.*"""
-    done = runs[(runs.setup == setup) & runs.complete].sort_values("run")
+    done = runs[(runs.setup == setup) & runs.complete & runs.cold_verified].sort_values("run")
     if done.empty:
         return
     for tier, group in done.groupby("tier"):
@@ -273,7 +277,10 @@ def _cpu_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setup: str
             _spread(writer, p + "restore_bytes", rest.load_bytes, "B")
             _spread(writer, p + "blocks_moved", rest.blocks_moved_exact, "blocks")
             _spread(writer, p + "blocks_served", rest.blocks_served_exact, "blocks")
-            _spread(writer, p + "extra_blocks", rest.blocks_moved_exact - rest.blocks_served_exact, "blocks")
+            # moved minus served, from whole numbers (bytes x tokens) so that equality is exact
+            extra = ((rest.load_bytes * rest.block_tokens - rest.pool_tokens * rest.bytes_per_block)
+                     / (rest.bytes_per_block * rest.block_tokens))
+            _spread(writer, p + "extra_blocks", extra, "blocks")
             writer.add(p + "block_tokens", int(rest.block_tokens.dropna().iloc[0]), "tokens")
             writer.add(p + "bytes_per_block", int(rest.bytes_per_block.dropna().iloc[0]), "B")
             if r.ram_pool_bytes:

@@ -45,7 +45,15 @@ def host_info() -> dict[str, Any]:
     except OSError:
         pass
     return {"hostname": socket.gethostname(), "os": platform.platform(), "cpus": os.cpu_count(), "cpu_model": cpu_model(),
-            "ram_bytes": ram, "gpu": gpu_info()}
+            "ram_bytes": ram, "gpu": gpu_info(), "load_average_start": load_average()}
+
+
+def load_average() -> list[float] | None:
+    """1, 5 and 15-minute load averages: how busy the host was around a run (timings depend on it)."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
 
 
 def model_params(model_dir: str | Path) -> int | None:

@@ -21,13 +21,14 @@ from typing import Any
 
 from tqdm import tqdm
 
+from ..errors import RawRecordError
 from ..serving.client import RequestFailed, ServingClient
 from ..serving.metrics import Snapshot
 from ..serving.server import ServerDied, VllmServer, kv_cache_tokens_from_log, offload_block_bytes_from_log
 from . import conversation as conv_mod
 from . import logprobs as lp_mod
 from .checks import exact_blocks, request_delta, restore_checks
-from .host import kv_bytes_per_token
+from .host import kv_bytes_per_token, load_average
 from .records import FORMAT, RunWriter, parse_phase_id, phase_ids
 
 CYCLE_SEED_STRIDE = 100_003   # seeds of cycle c: seed + (c - 1) * stride (+ 1000 + i for its evictors)
@@ -63,6 +64,10 @@ def derive_evictors(kv_cache_tokens: int, conversation_tokens: int, margin: floa
 
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _phase_id(cycle: int, name: str) -> str:
+    return name if cycle == 1 else f"c{cycle}:{name}"
 
 
 def _conv_meta(c: conv_mod.Conversation) -> dict[str, Any]:
@@ -116,12 +121,17 @@ class Harness:
         self.writer.write_meta(self.meta)
 
     def _snapshot(self) -> tuple[str, Snapshot]:
+        """One /metrics scrape; an answer that is not Prometheus text fails the request, with where."""
         text = self.client.metrics_text()
-        return text, Snapshot.parse(text, f"{self.client.base_url}/metrics")
+        try:
+            return text, Snapshot.parse(text, f"{self.client.base_url}/metrics")
+        except RawRecordError as e:
+            raise RequestFailed(f"/metrics answer is not Prometheus text: {e}") from None
 
     # ---------------------------------------------------------------- requests
     def _request(self, phase: str, round_: int, index: int, conv: conv_mod.Conversation, max_tokens: int,
-                 measured: bool, instance: str, cycle: int = 1, scrape_after: bool = False) -> dict[str, Any]:
+                 measured: bool, instance: str, cycle: int = 1, scrape_after: bool = False,
+                 logprobs: bool | None = None) -> dict[str, Any]:
         seq = self.writer.next_seq()
         rec: dict[str, Any] = {"seq": seq, "attempt": self.meta["attempts"], "phase": phase, "round": round_, "index": index,
                                "conversation_seed": conv.seed, "started_at": _now(), "server_instance": instance,
@@ -134,7 +144,8 @@ class Harness:
             text, before = self._snapshot()
             rec["metrics_before"] = self.writer.save_metrics(f"{tag}_before", text)
             rec["server_instance"] = before.server_instance()
-        extra: dict[str, Any] = {"logprobs": True, "top_logprobs": self.plan.logprobs} if measured and self.plan.logprobs else {}
+        want_logprobs = measured if logprobs is None else logprobs
+        extra: dict[str, Any] = {"logprobs": True, "top_logprobs": self.plan.logprobs} if want_logprobs and self.plan.logprobs else {}
         try:
             res = self.client.stream_chat(conv.messages, max_tokens, **extra)
         except RequestFailed as e:
@@ -149,7 +160,12 @@ class Harness:
         if phase in ("cold", "hit", "restore"):
             rec.update(codes_expected=conv.codes, codes_found=conv_mod.find_codes(res.text, conv.codes))
         if measured or scrape_after:
-            text, _ = self._snapshot()
+            try:
+                text, _ = self._snapshot()
+            except RequestFailed as e:  # keep the completed request; the phase is not complete without its snapshot
+                rec["error"] = f"the /metrics scrape after the request failed: {e}"
+                self.writer.append_request(rec)
+                raise
             rec["metrics_after"] = self.writer.save_metrics(f"{tag}_after", text)
         self.writer.append_request(rec)
         return rec
@@ -175,15 +191,26 @@ class Harness:
         return self.meta
 
     def _conversations(self) -> list[conv_mod.Conversation]:
-        """One conversation per cycle; a resumed run must rebuild exactly the recorded ones."""
+        """One conversation per cycle; a resumed run must rebuild exactly the recorded ones.
+
+        A cycle whose cold read was sent but not completed gets a fresh conversation (next seed):
+        an attached server may have cached the first one, and its cold read would be warm.
+        """
         plan = self.plan
-        convs = [conv_mod.build(plan.target_tokens, plan.seed + (c - 1) * CYCLE_SEED_STRIDE, self.client.tokenize)
-                 for c in range(1, plan.repeat + 1)]
         recorded = self.meta.get("conversations") or ([self.meta["conversation"]] if self.meta.get("conversation") else [])
-        for old, new in zip(recorded, convs):
-            if old["digest"] != new.digest:
+        tried = {r.get("cycle", 1) for r in self.writer_requests() if r["phase"] == "cold"}
+        convs = []
+        for c in range(1, plan.repeat + 1):
+            old = recorded[c - 1] if c <= len(recorded) else None
+            seed = old["seed"] if old else plan.seed + (c - 1) * CYCLE_SEED_STRIDE
+            fresh = c in tried and _phase_id(c, "cold") not in self.meta["phases_completed"]
+            conv = conv_mod.build(plan.target_tokens, seed + 1 if fresh else seed, self.client.tokenize)
+            if old and not fresh and old["digest"] != conv.digest:
                 raise HarnessFailed(f"{self.writer.run_yaml}: the rebuilt conversation differs from the recorded one "
                                     "(other seed, target or tokenizer?); resume only with the same settings")
+            if fresh:
+                self.meta.setdefault("fresh_conversations", []).append({"cycle": c, "seed": conv.seed, "attempt": self.meta["attempts"]})
+            convs.append(conv)
         self.meta["conversation"] = _conv_meta(convs[0])
         if plan.repeat > 1:
             self.meta["conversations"] = [_conv_meta(c) for c in convs]
@@ -235,7 +262,8 @@ class Harness:
             if todo and warmup:
                 self.phase = "warmup"
                 warm = conv_mod.build(warmup, plan.seed + WARMUP_SEED, self.client.tokenize)
-                self._request("warmup", 0, 0, warm, 1, False, snap.server_instance())
+                # the same request shape as the measured ones (logprobs included: their first use is slow too)
+                self._request("warmup", 0, 0, warm, plan.max_tokens, False, snap.server_instance(), logprobs=True)
             while todo:
                 pid = todo.pop(0)
                 cycle, name, round_ = parse_phase_id(pid)
@@ -264,12 +292,23 @@ class Harness:
                     bar.set_postfix(ttft=f"{rec['ttft_s'] or rec['first_chunk_s'] or 0:.2f}s")
                     if name == "restore":
                         self._record_checks(pid, rec, cycle, target.prompt_tokens)
+                    elif name == "cold":
+                        self._record_cold(pid, rec, target.prompt_tokens)
                 self.meta["phases_completed"].append(pid)
                 self.meta["server_instance"] = instance
                 self.writer.write_meta(self.meta)
         finally:
             bar.close()
         self._finish()
+
+    def _record_cold(self, pid: str, rec: dict[str, Any], prompt_tokens: int) -> None:
+        """A cold read must be cold: no more cached or pool tokens than the restore check tolerates."""
+        d = self.writer.dir
+        delta = request_delta(Snapshot.read(d / rec["metrics_before"]), Snapshot.read(d / rec["metrics_after"]))
+        reused = (delta["gpu_hit_tokens"] or 0) + (delta["pool_tokens"] or 0)
+        self.meta.setdefault("checks", {})[pid] = {
+            "gpu_hit_tokens": delta["gpu_hit_tokens"], "pool_tokens": delta["pool_tokens"],
+            "computed_tokens": delta["computed_tokens"], "verified_cold": reused <= self.plan.gpu_hit_tolerance * prompt_tokens}
 
     def _record_checks(self, pid: str, rec: dict[str, Any], cycle: int, prompt_tokens: int) -> None:
         d = self.writer.dir
@@ -295,11 +334,16 @@ class Harness:
         self.meta["excluded"] = bool(short)
         self.meta["exclusion_reason"] = (f"cold read returned {len(short[0]['codes_found'])} of {len(short[0]['codes_expected'])} codes "
                                          "(the model fails the check even without eviction)") if short else ""
-        self.meta["not_evicted"] = not all(c["evicted"] for c in self.meta.get("checks", {}).values())
+        checks = self.meta.get("checks", {})
+        self.meta["not_evicted"] = not all(c["evicted"] for c in checks.values() if "evicted" in c)
+        self.meta["cold_not_verified"] = [pid for pid, c in checks.items() if c.get("verified_cold") is False]
         failed = [pid for pid, c in self.meta.get("checks", {}).items() if (c.get("logprobs") or {}).get("passed") is False]
         self.meta["logprobs_mismatch"] = failed
+        self.meta["host"]["load_average_end"] = load_average()
         self.meta.update(status="complete", finished=_now())
         self.writer.write_meta(self.meta)
 
     def writer_requests(self) -> list[dict[str, Any]]:
+        if not self.writer.requests_jsonl.exists():
+            return []
         return [json.loads(ln) for ln in self.writer.requests_jsonl.read_text(encoding="utf-8").splitlines() if ln.strip()]

@@ -31,15 +31,45 @@ def opt_in(evict: dict[str, Any], setup: str) -> list[str]:
     return []
 
 
-def harness_args(evict: dict[str, Any], setup: str) -> str:
-    """kvtier-harness arguments for one configured setup."""
+def tiers(evict: dict[str, Any], setup: str) -> list[str]:
+    """Tiers a setup is run with: its `tiers` list (e.g. native and a no-offload control) or its one tier."""
     s = evict["setups"][setup]
-    args = ["--model", s["model"], "--served-model-name", s["served_model_name"], "--tier", s["tier"],
-            "--offload-gib", str(s.get("offload_gib", 0)), "--block-tokens", str(s.get("block_tokens", 1600)),
+    return list(s.get("tiers") or [s["tier"]])
+
+
+def run_dir_id(evict: dict[str, Any], setup: str, run: str, tier: str) -> str:
+    """The run directory: the run id, suffixed with the tier where a setup runs several."""
+    return f"{run}-{tier}" if evict["setups"][setup].get("tiers") else run
+
+
+def done_markers(evict: dict[str, Any], setup: str, run: str) -> list[str]:
+    return [f"results/experiments/eviction_{setup}_{run}_{t}.done" for t in tiers(evict, setup)]
+
+
+def previous_tier(evict: dict[str, Any], setup: str, run: str, tier: str) -> list[str]:
+    """The marker of the tier run before this one: one server at a time, on the same host and port."""
+    order = tiers(evict, setup)
+    i = order.index(tier) if tier in order else 0
+    return done_markers(evict, setup, run)[i - 1:i] if i > 0 else []
+
+
+def vllm_bin(evict: dict[str, Any], setup: str) -> str:
+    return str(evict["setups"][setup].get("vllm_bin") or evict["vllm_bin"])
+
+
+def harness_args(evict: dict[str, Any], setup: str, tier: str | None = None) -> str:
+    """kvtier-harness arguments for one configured setup (and one of its tiers)."""
+    s = evict["setups"][setup]
+    tier = tier or s["tier"]
+    desc = s.get("description", "") + (f" [{tier}]" if s.get("tiers") else "")
+    args = ["--model", s["model"], "--served-model-name", s["served_model_name"], "--tier", tier,
+            "--offload-gib", str(s.get("offload_gib", 0) if tier != "none" else 0), "--block-tokens", str(s.get("block_tokens", 1600)),
             "--target-tokens", str(s["target_tokens"]), "--margin", str(s.get("margin", 0.1)),
-            "--rounds", str(s["rounds"]), "--seed", str(s["seed"]), "--vllm-bin", evict["vllm_bin"],
-            "--description", s.get("description", "")]
-    if s.get("evictors"):
-        args += ["--evictors", str(s["evictors"])]
+            "--rounds", str(s["rounds"]), "--repeat", str(s.get("repeat", 1)), "--seed", str(s["seed"]),
+            "--vllm-bin", vllm_bin(evict, setup), "--platform", s.get("platform", "auto"), "--description", desc]
+    for key, flag in (("evictors", "--evictors"), ("max_tokens", "--max-tokens"), ("ram_headroom_gib", "--ram-headroom-gib"),
+                      ("port", "--port")):
+        if s.get(key):
+            args += [flag, str(s[key])]
     args += [f"--server-arg={a}" for a in s.get("server_args", [])]
     return shlex.join(args)

@@ -21,7 +21,7 @@ from . import formats
 FILTERS: dict[str, Callable[..., str]] = {
     "count": formats.count, "num": formats.num, "pct": formats.pct, "seconds": formats.seconds,
     "ms": formats.ms, "us": formats.us, "minutes": formats.minutes, "hours": formats.hours,
-    "gb": formats.gb, "tb": formats.tb, "gib": formats.gib, "gbps": formats.gbps,
+    "mb": formats.mb, "mib": formats.mib, "gb": formats.gb, "tb": formats.tb, "gib": formats.gib, "gbps": formats.gbps,
     "times": formats.times, "ktok": formats.ktok, "million": formats.million,
     "billion": formats.billion, "word": formats.word, "seq": formats.seq,
 }

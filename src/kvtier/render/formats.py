@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 
 TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "min": 60.0, "h": 3600.0, "days": 86400.0}
-BYTES = {"B": 1.0, "GB": 1e9, "GiB": 2.0**30, "TB": 1e12}
+BYTES = {"B": 1.0, "MB": 1e6, "MiB": 2.0**20, "GB": 1e9, "GiB": 2.0**30, "TB": 1e12}
 WORDS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"]
 
 
@@ -67,6 +67,14 @@ def minutes(x: float, unit: str, d: int = 0) -> str:
 
 def hours(x: float, unit: str, d: int = 1) -> str:
     return fixed(_in(x, unit, TIME, "h"), d)
+
+
+def mb(x: float, unit: str, d: int = 1) -> str:
+    return fixed(_in(x, unit, BYTES, "MB"), d) + " MB"
+
+
+def mib(x: float, unit: str, d: int = 0) -> str:
+    return fixed(_in(x, unit, BYTES, "MiB"), d) + " MiB"
 
 
 def gb(x: float, unit: str, d: int = 1) -> str:

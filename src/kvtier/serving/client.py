@@ -36,13 +36,20 @@ class StreamResult:
 
 
 class ServingClient:
-    """One server; `model` defaults to the first id that /v1/models lists."""
+    """One server; `model` defaults to the first id that /v1/models lists.
+
+    `timeout_s` bounds the wait for each byte; `deadline_s` bounds a whole streamed request, so a
+    server that only sends keep-alive comments cannot hold a run forever. `api_key` is sent as a
+    bearer token (vLLM's --api-key).
+    """
 
     def __init__(self, base_url: str, model: str | None = None, timeout_s: float = 600.0, connect_timeout_s: float = 10.0,
-                 transport: httpx.BaseTransport | None = None):
+                 transport: httpx.BaseTransport | None = None, api_key: str | None = None, deadline_s: float | None = None):
         self.base_url = base_url.rstrip("/")
         self.timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
-        self.http = httpx.Client(base_url=self.base_url, timeout=self.timeout, transport=transport)
+        self.deadline_s = deadline_s if deadline_s is not None else 2 * timeout_s
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+        self.http = httpx.Client(base_url=self.base_url, timeout=self.timeout, transport=transport, headers=headers)
         self._model = model
 
     def close(self) -> None:
@@ -61,6 +68,8 @@ class ServingClient:
             raise RequestFailed(f"{method} {path}: timed out ({type(e).__name__})") from None
         except httpx.TransportError as e:
             raise RequestFailed(f"{method} {path}: {type(e).__name__}: {e}") from None
+        if r.status_code == 401:
+            raise RequestFailed(f"{method} {path}: HTTP 401: the server wants an API key (--api-key, or VLLM_API_KEY / OPENAI_API_KEY)")
         if r.status_code >= 400:
             raise RequestFailed(f"{method} {path}: HTTP {r.status_code}: {r.text[:300]}")
         return r
@@ -114,8 +123,11 @@ class ServingClient:
                 if r.status_code >= 400:
                     r.read()
                     raise RequestFailed(f"POST {path}: HTTP {r.status_code}: {r.text[:300]}")
-                for line in r.iter_lines():
+                for n_line, line in enumerate(r.iter_lines(), 1):
                     now = time.perf_counter() - t0
+                    if now > self.deadline_s:
+                        raise RequestFailed(f"POST {path}: no complete answer within the {self.deadline_s:.0f} s deadline "
+                                            f"({n_line} lines received, the last {line[:80]!r})")
                     if first_byte is None:
                         first_byte = now
                     if not line.startswith("data:"):
@@ -123,7 +135,12 @@ class ServingClient:
                     payload = line[5:].strip()
                     if payload == "[DONE]":
                         break
-                    chunk = json.loads(payload)
+                    try:
+                        chunk = json.loads(payload)
+                    except json.JSONDecodeError as e:
+                        raise RequestFailed(f"POST {path}: malformed stream chunk at line {n_line} ({e.msg}): {payload[:120]!r}") from None
+                    if not isinstance(chunk, dict):
+                        raise RequestFailed(f"POST {path}: stream chunk at line {n_line} is not an object: {payload[:120]!r}")
                     if chunk.get("usage"):
                         usage = chunk["usage"]
                     for choice in chunk.get("choices", []):
