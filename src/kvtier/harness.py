@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -42,6 +43,7 @@ from .eviction.host import host_info, model_params, server_software, versions
 from .eviction.records import RunWriter, read_run
 from .eviction.runner import Harness, HarnessFailed, Plan
 from .serving.client import RequestFailed, ServingClient
+from .serving.redact import redact_argv, redact_env, scrub_file, secret_values
 from .serving.server import PreflightError, ServerDied, ServerSpec, VllmServer, preflight
 
 DEFAULT_VLLM = os.environ.get("KVTIER_VLLM_BIN", "vllm")
@@ -106,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="|Δ logprob| allowed between restore and hit when they computed different token counts (else 0)")
     r.add_argument("--max-tokens", type=int, default=64, help="answer length of the measured requests")
     r.add_argument("--request-timeout", type=float, default=1800.0, help="seconds without a byte before a request fails")
+    r.add_argument("--request-deadline", type=float, help="seconds for a whole streamed request (default: twice --request-timeout)")
+    r.add_argument("--api-key", help="the server's API key (default: --server-arg=--api-key=..., VLLM_API_KEY or OPENAI_API_KEY)")
     r.add_argument("--gpu-hit-tolerance", type=float, default=0.1, help="a restore with more GPU-cache hits than this share of the prompt is 'not evicted'")
     r.add_argument("--pin", action="store_true", help="add the records to raw/MANIFEST.tsv as measured")
     r.add_argument("--no-progress", action="store_true", help="no progress bar (logs, batch jobs)")
@@ -154,41 +158,73 @@ def cmd_show(a: argparse.Namespace) -> int:
     return 0
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (a batch scheduler, `kill`): handled like Ctrl-C — the run is marked failed, the server stopped."""
+
+
+def _on_sigterm(signum: int, frame: object) -> None:
+    raise Terminated("terminated (SIGTERM)")
+
+
+def api_key(a: argparse.Namespace) -> str | None:
+    """--api-key, else the key given to a launched server (--server-arg=--api-key=...), else the environment."""
+    if a.api_key:
+        return a.api_key
+    args = list(a.server_arg)
+    for i, arg in enumerate(args):
+        if arg.startswith("--api-key="):
+            return arg.split("=", 1)[1]
+        if arg == "--api-key" and i + 1 < len(args):
+            return args[i + 1]
+    env = dict(kv.split("=", 1) for kv in a.server_env)
+    return env.get("VLLM_API_KEY") or os.environ.get("VLLM_API_KEY") or os.environ.get("OPENAI_API_KEY")
+
+
+def launched_server_meta(spec: ServerSpec) -> dict[str, object]:
+    """What run.yaml records of a launched server, with every secret redacted."""
+    meta: dict[str, object] = {"mode": "launched", "url": spec.url, "tier": spec.tier, "offload_gib": spec.offload_gib,
+                               "offload_block_tokens": spec.offload_block_tokens if spec.tier == "native" else None,
+                               "command": redact_argv(spec.command()), "env": redact_env(spec.env), "platform": spec.platform}
+    if spec.uses_cpu_spec:
+        meta["host_pool"] = spec.host_pool
+    return meta
+
+
 def cmd_run(a: argparse.Namespace) -> int:
     run_id = a.run_id or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
     writer = RunWriter(Path(a.out) / a.setup / run_id)
     software = versions(None if a.url else a.vllm_bin)
     spec = _spec(a, "cuda" if a.url and a.platform == "auto" else _platform(a, software))
+    key = api_key(a)
+    secrets = secret_values(spec.command(), {**spec.environment(), "API_KEY": key or ""})
     server = None
     if a.url:
-        server_meta = {"mode": "attached", "url": a.url, "tier": a.tier, "offload_gib": a.offload_gib,
-                       "offload_block_tokens": a.block_tokens if a.tier == "native" else None}
+        server_meta: dict[str, object] = {"mode": "attached", "url": a.url, "tier": a.tier, "offload_gib": a.offload_gib,
+                                          "offload_block_tokens": a.block_tokens if a.tier == "native" else None}
     else:
         if not a.model:
             print("error: give --model to launch a server, or --url to attach to one", file=sys.stderr)
             return 2
         for line in preflight(spec):
             print("preflight ok:", line, file=sys.stderr)
-        server_meta = {"mode": "launched", "url": spec.url, "tier": spec.tier, "offload_gib": spec.offload_gib,
-                       "offload_block_tokens": spec.offload_block_tokens if spec.tier == "native" else None,
-                       "command": spec.command(), "env": spec.env, "platform": spec.platform}
-        if spec.uses_cpu_spec:
-            server_meta["host_pool"] = spec.host_pool
+        server_meta = launched_server_meta(spec)
     static = {"description": a.description, "host": host_info(),
               "model": {"path": a.model or "", "served_name": a.served_name, "params": model_params(a.model) if a.model else None},
               "server": server_meta, "versions": software}
     plan = Plan(target_tokens=a.target_tokens, seed=a.seed, evictors=a.evictors, margin=a.margin, rounds=a.rounds,
                 max_tokens=a.max_tokens, gpu_hit_tolerance=a.gpu_hit_tolerance, request_timeout_s=a.request_timeout,
                 repeat=a.repeat, warmup_tokens=a.warmup_tokens, logprobs=a.logprobs, logprob_tolerance=a.logprob_tolerance)
-    client = ServingClient(a.url or spec.url, None if a.url else a.served_name, timeout_s=a.request_timeout)
+    client = ServingClient(a.url or spec.url, None if a.url else a.served_name, timeout_s=a.request_timeout, api_key=key,
+                           deadline_s=a.request_deadline)
     harness = Harness(client, writer, a.setup, plan, static, progress=not a.no_progress)
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         if not a.url:
             server = harness.server = VllmServer(spec, writer.dir / "server.log")
             server.start()
             print(f"starting vllm serve (log: {server.log_path})", file=sys.stderr)
             try:
-                static["server"]["health_wait_s"] = round(server.wait_healthy(a.health_timeout), 1)
+                static["server"]["health_wait_s"] = round(server.wait_healthy(a.health_timeout), 1)  # type: ignore[index]
             except (ServerDied, KeyboardInterrupt) as e:
                 harness.fail_before_start("server start", str(e) or "interrupted (Ctrl-C)")
                 raise
@@ -196,12 +232,15 @@ def cmd_run(a: argparse.Namespace) -> int:
     except (HarnessFailed, ServerDied, RequestFailed) as e:
         print(f"error: {e}\nrecords so far are in {writer.dir}; rerun with --run-id {run_id} to resume", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"interrupted; records so far are in {writer.dir}; rerun with --run-id {run_id} to resume", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        print(f"{e or 'interrupted'}; records so far are in {writer.dir}; rerun with --run-id {run_id} to resume", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
     finally:
+        signal.signal(signal.SIGTERM, _ignore_sigterm)  # a second SIGTERM must not cut the cleanup short
         if server is not None:
             server.stop()
+        scrub_file(writer.dir / "server.log", secrets)  # vLLM echoes its arguments, keys included
+        signal.signal(signal.SIGTERM, previous)
         if a.pin:
             _pin(writer.dir, a.description)
     print(f"{writer.dir}: {meta['status']}" + (" (excluded: " + meta["exclusion_reason"] + ")" if meta.get("excluded") else "")
@@ -211,6 +250,10 @@ def cmd_run(a: argparse.Namespace) -> int:
           + (f" (LOGPROBS DIFFER on {', '.join(meta['logprobs_mismatch'])}: the restored KV is not what was stored)"
              if meta.get("logprobs_mismatch") else ""))
     return 0
+
+
+def _ignore_sigterm(signum: int, frame: object) -> None:
+    print("SIGTERM during cleanup: stopping the server first", file=sys.stderr)
 
 
 def _pin(run_dir: Path, description: str = "") -> None:

@@ -175,8 +175,8 @@ class Harness:
         self._start_meta()
         try:
             self._run_phases()
-        except KeyboardInterrupt:
-            self._fail("interrupted (Ctrl-C)")
+        except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM turned into one by the CLI
+            self._fail(str(e) or "interrupted (Ctrl-C)")
             raise
         except HarnessFailed as e:
             self._fail(str(e))
