@@ -9,6 +9,15 @@ reads (and kvtier.replica.lab imitates):
     python -m kvtier.lab.cyclic --out raw/lab/cyclic-live --setups vllm,lmcache \
         --model Qwen/Qwen2.5-1.5B-Instruct --gpu-cache-tokens 21520 --pin
 
+On vLLM's CPU build, where LMCache cannot run, vLLM's native CPU tier stands in for it (setups
+`native`, with a pool that holds all ten documents, and `native-small`, one that cannot), and
+/metrics is scraped after every request too (`<setup>/metrics/requests/`), so each request's
+prompt tokens by source (GPU cache, CPU tier, computed) come from the server's own counters:
+
+    python -m kvtier.lab.cyclic --out raw/lab/cyclic-cpu --setups vllm,native,native-small --platform cpu \
+        --model data/tiny-model --served-name tiny --gpu-cache-tokens 17408 --kv-bytes-per-token 2048 \
+        --doc-words 1000 --native-gib 0.125 --native-small-gib 0.03125 --vllm-bin .venv-vllm/bin/vllm --pin
+
 The server launcher and the streaming client are the shared ones in kvtier.serving.
 """
 
@@ -27,10 +36,13 @@ import yaml
 from tqdm import tqdm
 
 from ..serving import ServerSpec, ServingClient, VllmServer
+from ..serving.redact import redact_argv
+from ..serving.server import preflight
 from . import PASSES
 
 REQUEST_COLUMNS = ["setup", "pass", "phase", "order", "doc", "prompt_tokens", "cached_tokens", "start_s", "ttft_ms",
-                   "e2e_ms", "output_tokens"]
+                   "e2e_ms", "output_tokens", "metrics_after"]
+TIER_OF_SETUP = {"vllm": "none", "lmcache": "lmcache", "native": "native", "native-small": "native"}
 
 
 @dataclass
@@ -41,6 +53,7 @@ class CyclicPlan:
     max_tokens: int = 16
     seed: int = 0
     setups: list[str] = field(default_factory=lambda: ["vllm", "lmcache"])
+    per_request_metrics: bool = False   # scrape /metrics after every request, not only after each pass
 
 
 def documents(plan: CyclicPlan) -> list[str]:
@@ -73,12 +86,19 @@ def run_passes(client: ServingClient, setup: str, plan: CyclicPlan, docs: list[s
             start = time.perf_counter() - t0
             r = client.stream_completion(text, plan.max_tokens, ignore_eos=True)
             usage = r.usage or {}
+            snap = ""
+            if plan.per_request_metrics:
+                snap = f"metrics/requests/{k}_{p}_{i:02d}.prom"
+                (metrics_dir / "requests").mkdir(exist_ok=True)
+                (metrics_dir.parent / snap).write_text(client.metrics_text(), encoding="utf-8")
+            first = r.ttft_s if r.ttft_s is not None else r.first_chunk_s  # a random model may emit no text
             rows.append({
                 "setup": setup, "pass": p, "phase": phase, "order": i, "doc": "" if d is None else d,
                 "prompt_tokens": int(usage.get("prompt_tokens", 0)),
                 "cached_tokens": int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0),
-                "start_s": f"{start:.4f}", "ttft_ms": f"{1000 * (r.ttft_s if r.ttft_s is not None else r.total_s):.2f}",
+                "start_s": f"{start:.4f}", "ttft_ms": f"{1000 * (first if first is not None else r.total_s):.2f}",
                 "e2e_ms": f"{1000 * r.total_s:.2f}", "output_tokens": int(usage.get("completion_tokens", 0)),
+                "metrics_after": snap,
             })
             bar.update()
         (metrics_dir / f"{k}_{p}.prom").write_text(client.metrics_text(), encoding="utf-8")
@@ -93,7 +113,9 @@ def write_run(out: Path, plan: CyclicPlan, specs: dict[str, ServerSpec], rows: l
         "documents": {"count": plan.docs, "tokens": _doc_tokens(rows), "words": plan.doc_words, "seed": plan.seed,
                       "text": "synthetic, random words"},
         "passes": list(PASSES), "concurrency": 1, "max_tokens": plan.max_tokens,
-        "setups": {s: {"args": spec.command()[3:], "env": {k: v for k, v in spec.environment().items() if k.startswith("LMCACHE_")}}
+        "setups": {s: {"args": redact_argv(spec.command()[3:]), "tier": spec.tier, "platform": spec.platform,
+                       "offload_gib": spec.offload_gib, "offload_block_tokens": spec.offload_block_tokens if spec.tier == "native" else None,
+                       "env": {k: v for k, v in spec.environment().items() if k.startswith("LMCACHE_")}}
                    for s, spec in specs.items()},
         **(extra or {}),
     }
@@ -121,6 +143,7 @@ def run(out: str | Path, plan: CyclicPlan, spec_for: Callable[[str], ServerSpec]
         log = out / setup / "server.log"
         if log.exists():
             log.unlink()
+        preflight(spec)
         with VllmServer(spec, log) as server:
             server.wait_healthy(health_timeout_s)
             with ServingClient(server.url, spec.served_name) as client:
@@ -138,6 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gpu-cache-tokens", type=int, default=21520, help="KV cache size to give the server (tokens)")
     ap.add_argument("--kv-bytes-per-token", type=int, default=28672, help="to size --kv-cache-memory-bytes")
     ap.add_argument("--lmcache-gib", type=float, default=1.5)
+    ap.add_argument("--native-gib", type=float, default=1.5, help="pool of setup native (vLLM's native CPU tier)")
+    ap.add_argument("--native-small-gib", type=float, default=0.25, help="pool of setup native-small, too small for all documents")
+    ap.add_argument("--offload-block-tokens", type=int, default=256, help="offloaded block of the native tier (LMCache's chunk)")
+    ap.add_argument("--platform", choices=["cuda", "cpu"], default="cuda")
+    ap.add_argument("--block-size", type=int, help="server KV block size (--block-size)")
     ap.add_argument("--max-model-len", type=int, default=8192)
     ap.add_argument("--docs", type=int, default=10)
     ap.add_argument("--doc-words", type=int, default=2500)
@@ -145,13 +173,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--vllm-bin", default=shutil.which("vllm") or "vllm")
     ap.add_argument("--pin", action="store_true", help="pin the written files in raw/MANIFEST.tsv as measured")
     args = ap.parse_args(argv)
-    plan = CyclicPlan(docs=args.docs, doc_words=args.doc_words, setups=args.setups.split(","))
+    setups = args.setups.split(",")
+    unknown = [s for s in setups if s not in TIER_OF_SETUP]
+    if unknown:
+        ap.error(f"unknown setup(s) {unknown}: choose from {sorted(TIER_OF_SETUP)}")
+    plan = CyclicPlan(docs=args.docs, doc_words=args.doc_words, setups=setups,
+                      per_request_metrics=args.platform == "cpu" or any(s.startswith("native") for s in setups))
+    pools = {"lmcache": args.lmcache_gib, "native": args.native_gib, "native-small": args.native_small_gib}
 
     def spec_for(setup: str) -> ServerSpec:
-        return ServerSpec(model=args.model, served_name=args.served_name, tier="none" if setup == "vllm" else "lmcache",
-                          offload_gib=args.lmcache_gib if setup == "lmcache" else 0.0, port=args.port,
-                          vllm_bin=args.vllm_bin, max_model_len=args.max_model_len,
-                          extra_args=["--kv-cache-memory-bytes", str(args.gpu_cache_tokens * args.kv_bytes_per_token)])
+        extra = ["--kv-cache-memory-bytes", str(args.gpu_cache_tokens * args.kv_bytes_per_token)]
+        if args.block_size:
+            extra += ["--block-size", str(args.block_size)]
+        if args.platform == "cpu":
+            extra += ["--enforce-eager", "--dtype", "bfloat16"]
+        return ServerSpec(model=args.model, served_name=args.served_name, tier=TIER_OF_SETUP[setup],
+                          offload_gib=pools.get(setup, 0.0), offload_block_tokens=args.offload_block_tokens, port=args.port,
+                          vllm_bin=args.vllm_bin, max_model_len=args.max_model_len, platform=args.platform,
+                          ram_headroom_gib=1.0 if args.platform == "cpu" else 8.0, extra_args=extra)
 
     files = run(args.out, plan, spec_for)
     if args.pin:
