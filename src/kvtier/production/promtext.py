@@ -18,6 +18,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from ..errors import RawRecordError
 
 COLUMNS = ["family", "type", "name", "labels", "value", "line"]
+# vLLM 0.17-0.24 exports offload transfers only under legacy names split by `transfer_type`;
+# 0.25+ adds flat names (vllm PR #35669) and 0.33 still sends both. The analyses read the flat
+# names; a scrape that lacks them gets them from the legacy series (same counts, one name each).
+LEGACY_OFFLOAD = {"GPU_to_CPU": "store", "CPU_to_GPU": "load"}
+LEGACY_FAMILIES = {"vllm:kv_offload_total_bytes": "bytes", "vllm:kv_offload_total_time": "time",
+                   "vllm:kv_offload_size": "size"}
 
 
 def _label_key(labels: dict[str, str], drop: tuple[str, ...] = ()) -> tuple[tuple[str, str], ...]:
@@ -134,8 +140,26 @@ def parse_prometheus(text: str, path: str | Path = "<metrics>") -> Snapshot:
             fam = _family_of(s.name, types, current_family)
             family_of_sample.setdefault(s.name, fam)
             rows.append((fam, types.get(fam, "untyped"), s.name, _label_key(s.labels), float(s.value), lineno))
-    samples = pd.DataFrame(rows, columns=COLUMNS)
+    samples = pd.DataFrame(_flat_offload_names(rows), columns=COLUMNS)
     return Snapshot(path, samples)
+
+
+def _flat_offload_names(rows: list[tuple]) -> list[tuple]:
+    """Add flat-name copies of legacy offload samples (kv_offload_total_bytes{transfer_type=
+    GPU_to_CPU} -> kv_offload_store_bytes) for each flat family the scrape does not have."""
+    present = {r[0] for r in rows}
+    extra = []
+    for fam, typ, name, labels, value, line in rows:
+        what = LEGACY_FAMILIES.get(fam)
+        direction = LEGACY_OFFLOAD.get(dict(labels).get("transfer_type", ""))
+        if what is None or direction is None:
+            continue
+        flat = f"vllm:kv_offload_{direction}_{what}"
+        if flat in present:
+            continue
+        kept = tuple(kv for kv in labels if kv[0] != "transfer_type")
+        extra.append((flat, typ, flat + name[len(fam):], kept, value, line))
+    return rows + extra
 
 
 def _family_of(name: str, types: dict[str, str], current: str | None) -> str:

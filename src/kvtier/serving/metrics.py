@@ -17,6 +17,10 @@ PROMPT_BY_SOURCE = "vllm:prompt_tokens_by_source_total"
 SOURCES = ("local_cache_hit", "external_kv_transfer", "local_compute")
 LOAD_BYTES = ("vllm:kv_offload_load_bytes_total", ("vllm:kv_offload_total_bytes_total", {"transfer_type": "CPU_to_GPU"}))
 LOAD_TIME = ("vllm:kv_offload_load_time_total", ("vllm:kv_offload_total_time_total", {"transfer_type": "CPU_to_GPU"}))
+STORE_BYTES = ("vllm:kv_offload_store_bytes_total", ("vllm:kv_offload_total_bytes_total", {"transfer_type": "GPU_to_CPU"}))
+STORE_TIME = ("vllm:kv_offload_store_time_total", ("vllm:kv_offload_total_time_total", {"transfer_type": "GPU_to_CPU"}))
+# vLLM 0.33 also splits cached prompt tokens by tier: source="device" (GPU) and "host" (CPU pool)
+CACHED_BY_SOURCE = "vllm:prompt_tokens_cached_by_source_total"
 
 
 @dataclass(frozen=True)
@@ -84,6 +88,17 @@ class Snapshot:
 
     def load_time(self) -> float | None:
         return self.first(*LOAD_TIME)
+
+    def store_bytes(self) -> float | None:
+        return self.first(*STORE_BYTES)
+
+    def store_time(self) -> float | None:
+        return self.first(*STORE_TIME)
+
+    def pool_tokens(self) -> float | None:
+        """Prompt tokens served from the CPU pool: `external_kv_transfer` by source, or the
+        `host` source of cached tokens on a server that exports only that split."""
+        return self.first((PROMPT_BY_SOURCE, {"source": "external_kv_transfer"}), (CACHED_BY_SOURCE, {"source": "host"}))
 
     def kv_cache_tokens(self) -> int | None:
         """Size of the first-tier (GPU, or CPU on the CPU backend) KV cache, from cache_config_info."""

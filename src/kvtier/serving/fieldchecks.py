@@ -1,0 +1,114 @@
+"""Checks learned from the field, for a run that has started: they flag a run, never stop it.
+
+Each comes from a failure seen in vLLM and LMCache deployments that the preflight checks
+cannot catch, because it shows only once the server holds its pool:
+- the native pool's file in /dev/shm can take far more than the configured size: on hybrid
+  (attention + Mamba/SWA) models one pool was seen at 1.92 times its size, enough to exhaust
+  /dev/shm or host RAM that the preflight found sufficient;
+- when the pool cannot take a store, the offloading connector skips it: earlier vLLM releases
+  log "Request <id>: cannot store blocks" (reported in field runs by the thousand), 0.29+
+  counts it in `vllm:kv_offload_allocation_failure` (0.32 only counts); those blocks will never
+  be restored, so a restore-after-eviction result from such a run is not a measure of the tier;
+- allocation failures of other kinds (no space in /dev/shm, ENOMEM when pinning, CUDA OOM,
+  SIGBUS from an overcommitted /dev/shm) leave the same kind of hole.
+
+The harness is meant to call `shm_growth` once the server is ready (with /dev/shm use read
+just before the launch) and `log_failures` / `allocation_failures` after the run, and to record
+`summarize(...)` in the run's record; each finding names the file and line it stands on.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from .metrics import Snapshot
+
+GiB = 2**30
+ALLOCATION_FAILURES = "vllm:kv_offload_allocation_failure_total"
+# (kind, pattern) for server-log lines that mean a store or an allocation did not happen
+LOG_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    ("store_refused", re.compile(r"cannot store blocks", re.I)),
+    ("shm_full", re.compile(r"Insufficient space in \S+ for|No space left on device", re.I)),
+    ("allocation_failed", re.compile(r"Cannot allocate memory|Failed to allocate|allocation failed|"
+                                     r"OutOfMemoryError|CUDA out of memory|Bus error", re.I)),
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One flagged condition of a run: what, why it matters, and where it shows."""
+
+    kind: str
+    message: str
+    path: str | None = None
+    line: int | None = None
+
+    def __str__(self) -> str:
+        where = f"{self.path}:{self.line}: " if self.path and self.line else (f"{self.path}: " if self.path else "")
+        return f"{where}{self.kind}: {self.message}"
+
+
+def shm_used_bytes(shm: str | Path = "/dev/shm") -> int:
+    """Bytes in use on the /dev/shm filesystem (what the pool's file adds to once mapped)."""
+    return shutil.disk_usage(shm).used
+
+
+def shm_growth(used_before: int, used_after: int, pool_bytes: int, max_ratio: float = 1.05,
+               shm: str = "/dev/shm") -> Finding | None:
+    """Compare /dev/shm growth across server start with the configured pool.
+
+    `used_before` is read just before the server starts, `used_after` once it is ready (its
+    "Created mmap file" line is logged). Growth above `max_ratio` times the pool is flagged
+    with the ratio, so the pool can be resized; growth well below it is normal until the pool
+    file is touched, since the file is sparse.
+    """
+    if pool_bytes <= 0:
+        raise ValueError(f"pool size must be positive, not {pool_bytes}")
+    grown = used_after - used_before
+    ratio = grown / pool_bytes
+    if ratio <= max_ratio:
+        return None
+    return Finding("shm_over_pool",
+                   f"{shm} grew by {grown / GiB:.1f} GiB after start, {ratio:.2f} times the configured "
+                   f"{pool_bytes / GiB:g} GiB pool (hybrid models can allocate several KV groups per block); "
+                   "size /dev/shm and the RAM headroom for the measured footprint", shm)
+
+
+def log_failures(path: str | Path) -> list[Finding]:
+    """Every server-log line that reports a skipped store or a failed allocation, with its line."""
+    path = Path(path)
+    found: list[Finding] = []
+    with path.open(encoding="utf-8", errors="replace") as f:
+        for no, line in enumerate(f, 1):
+            for kind, pat in LOG_PATTERNS:
+                if pat.search(line):
+                    found.append(Finding(kind, line.strip()[:300], str(path), no))
+                    break
+    return found
+
+
+def allocation_failures(before: Snapshot | None, after: Snapshot) -> Finding | None:
+    """The connector's allocation-failure counter (vLLM 0.29+) between two scrapes."""
+    if not after.has(ALLOCATION_FAILURES):
+        return None
+    n = after.value(ALLOCATION_FAILURES) - (before.value(ALLOCATION_FAILURES) if before is not None else 0.0)
+    if n <= 0:
+        return None
+    return Finding("store_refused", f"{n:.0f} stores refused by the offload pool ({ALLOCATION_FAILURES}); "
+                   "blocks that were not stored cannot be restored", after.source)
+
+
+def summarize(findings: list[Finding | None]) -> list[str]:
+    """Findings as lines for a run record, one per condition kind and place (a log with
+    thousands of refused stores gives its first line and the count)."""
+    seen: dict[tuple[str, str | None], tuple[Finding, int]] = {}
+    for f in findings:
+        if f is None:
+            continue
+        key = (f.kind, f.path)
+        first, n = seen.get(key, (f, 0))
+        seen[key] = (first, n + 1)
+    return [str(f) + (f" (and {n - 1} more)" if n > 1 else "") for f, n in seen.values()]
