@@ -1,4 +1,4 @@
-"""kvtier-harness: run the note's eviction test against a live vLLM and write raw records.
+r"""kvtier-harness: run the note's eviction test against a live vLLM and write raw records.
 
 Examples
   # setup A on a GPU host: launch vLLM with a 100 GiB native RAM pool (1,600-token blocks),
