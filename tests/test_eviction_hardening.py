@@ -167,3 +167,15 @@ def test_sigterm_marks_the_run_failed_and_stops_the_server(tmp_path):
     status = Path(f"/proc/{child}/status")
     assert not status.exists() or "State:\tZ" in status.read_text()  # the server's process group is gone
     assert "terminated (SIGTERM)" in err
+
+
+# ---------------------------------------------------------------- field checks in the run record
+def test_refused_stores_in_the_server_log_are_recorded(tmp_path):
+    from kvtier.serving.server import ServerSpec, VllmServer
+
+    log = tmp_path / "server.log"
+    log.write_text("INFO ready\nWARNING [offloading_connector.py:1] Request abc: cannot store blocks\n")
+    h = harness(FakeVllm(), tmp_path / "r")
+    h.server = VllmServer(ServerSpec(model="/m", tier="none"), log)  # never started: only its log is read
+    meta = h.run()
+    assert len(meta["field_checks"]) == 1 and "server.log:2" in meta["field_checks"][0]

@@ -43,6 +43,7 @@ from .eviction.host import host_info, model_params, server_software, versions
 from .eviction.records import RunWriter, read_run
 from .eviction.runner import Harness, HarnessFailed, Plan
 from .serving.client import RequestFailed, ServingClient
+from .serving import fieldchecks
 from .serving.redact import redact_argv, redact_env, scrub_file, secret_values
 from .serving.server import PreflightError, ServerDied, ServerSpec, VllmServer, preflight
 
@@ -221,10 +222,14 @@ def cmd_run(a: argparse.Namespace) -> int:
     try:
         if not a.url:
             server = harness.server = VllmServer(spec, writer.dir / "server.log")
+            shm_before = fieldchecks.shm_used_bytes() if spec.pool_in_shm else 0
             server.start()
             print(f"starting vllm serve (log: {server.log_path})", file=sys.stderr)
             try:
                 static["server"]["health_wait_s"] = round(server.wait_healthy(a.health_timeout), 1)  # type: ignore[index]
+                if spec.pool_in_shm:  # a pool can take more of /dev/shm than configured (hybrid models)
+                    harness.field_findings.append(fieldchecks.shm_growth(shm_before, fieldchecks.shm_used_bytes(),
+                                                                         int(spec.offload_gib * 2**30)))
             except (ServerDied, KeyboardInterrupt) as e:
                 harness.fail_before_start("server start", str(e) or "interrupted (Ctrl-C)")
                 raise
@@ -247,6 +252,7 @@ def cmd_run(a: argparse.Namespace) -> int:
           + (" (NOT EVICTED: the restore found its prefix in GPU memory)" if meta.get("not_evicted") else "")
           + (f" (COLD READ NOT COLD on {', '.join(meta['cold_not_verified'])}: the server had cached the conversation)"
              if meta.get("cold_not_verified") else "")
+          + ("".join(f"\n  field check: {f}" for f in meta.get("field_checks") or []))
           + (f" (LOGPROBS DIFFER on {', '.join(meta['logprobs_mismatch'])}: the restored KV is not what was stored)"
              if meta.get("logprobs_mismatch") else ""))
     return 0

@@ -23,6 +23,7 @@ from tqdm import tqdm
 
 from ..errors import RawRecordError
 from ..serving.client import RequestFailed, ServingClient
+from ..serving import fieldchecks
 from ..serving.metrics import Snapshot
 from ..serving.server import ServerDied, VllmServer, kv_cache_tokens_from_log, offload_block_bytes_from_log
 from . import conversation as conv_mod
@@ -93,6 +94,7 @@ class Harness:
         self.progress = progress
         self.meta: dict[str, Any] = {}
         self.phase = "setup"
+        self.field_findings: list[fieldchecks.Finding | None] = []  # e.g. /dev/shm growth at start (the CLI adds it)
 
     # ---------------------------------------------------------------- bookkeeping
     def _start_meta(self) -> None:
@@ -338,10 +340,23 @@ class Harness:
         self.meta["not_evicted"] = not all(c["evicted"] for c in checks.values() if "evicted" in c)
         self.meta["cold_not_verified"] = [pid for pid, c in checks.items() if c.get("verified_cold") is False]
         failed = [pid for pid, c in self.meta.get("checks", {}).items() if (c.get("logprobs") or {}).get("passed") is False]
+        self.meta["field_checks"] = fieldchecks.summarize(self.field_findings + self._field_findings())
         self.meta["logprobs_mismatch"] = failed
         self.meta["host"]["load_average_end"] = load_average()
         self.meta.update(status="complete", finished=_now())
         self.writer.write_meta(self.meta)
+
+    def _field_findings(self) -> list[fieldchecks.Finding | None]:
+        """Refused stores and failed allocations: in the server log and in the counters over the run."""
+        found: list[fieldchecks.Finding | None] = []
+        if self.server is not None and self.server.log_path.exists():
+            found += fieldchecks.log_failures(self.server.log_path)
+        measured = [r for r in self.writer_requests() if r.get("metrics_before") and r.get("metrics_after")]
+        if measured:
+            d = self.writer.dir
+            found.append(fieldchecks.allocation_failures(Snapshot.read(d / measured[0]["metrics_before"]),
+                                                         Snapshot.read(d / measured[-1]["metrics_after"])))
+        return found
 
     def writer_requests(self) -> list[dict[str, Any]]:
         if not self.writer.requests_jsonl.exists():
