@@ -9,6 +9,10 @@ LAB_RUN = LAB["records"]
 LAB_SNAPSHOTS = ["0_start", "1_first", "2_second", "3_reverse"]
 
 NUMBERS.append("results/numbers/lab.json")
+LAB_LIVE = LAB.get("records_cpu")
+if LAB_LIVE:
+    NUMBERS.append("results/numbers/lablive.json")
+    FIGURES["lab_live"] = "figures/lab_live.svg"
 EXTRA_TARGETS.extend(["paper/lab.md", "paper/lab.html"])
 
 
@@ -58,12 +62,36 @@ rule lab_figure:
         "../scripts/lab_figure.py"
 
 
+rule lab_live:
+    message:
+        "Lab measured on vLLM's CPU build: each request's tokens by source from the counters, beside the simulator's prediction"
+    input:
+        code=PACKAGE_CODE,
+        records=lambda wc: lab_wf.pinned_under(MANIFEST, LAB_LIVE),
+        manifest=MANIFEST,
+    output:
+        numbers="results/numbers/lablive.json",
+        table="results/tables/lab_live.csv",
+        svg=report("figures/lab_live.svg", caption="../report/lab_live.rst", category="The lab"),
+    params:
+        run=LAB_LIVE,
+    log:
+        "logs/lab_live.log",
+    benchmark:
+        "results/benchmarks/lab_live.tsv"
+    conda:
+        ANALYSIS_ENV
+    script:
+        "../scripts/lab_live.py"
+
+
 rule render_lab:
     message:
         "Render the lab from paper/templates/lab.md.j2 into paper/lab.md and paper/lab.html"
     input:
         code=PACKAGE_CODE,
         lab_ttft="figures/lab_ttft.svg",
+        lab_live=["figures/lab_live.svg"] if LAB_LIVE else [],
         numbers=numbers_files,
         ledger="results/provenance.json",
         manifest=MANIFEST,

@@ -13,3 +13,13 @@ def live_opt_in(lab_config: dict) -> list[str]:
             "--config 'lab={\"live\": {\"activate\": true}}' (see config/config.yaml, lab.live)"
         )
     return []
+
+
+def pinned_under(manifest: str, folder: str) -> list[str]:
+    """Raw files the manifest pins under a folder: a run is read only as pinned."""
+    from ..eviction.workflow import pinned_records
+
+    files = pinned_records(manifest, folder)
+    if not files:
+        raise ValueError(f"no file under {folder} is pinned in {manifest}")
+    return files
