@@ -132,3 +132,25 @@ rule lab_cyclic:
         "../../envs/vllm-gpu.yaml"
     shell:
         "PYTHONPATH=src python -m kvtier.lab.cyclic --out {params.out} --setups {params.setups} {params.args} --pin > {log} 2>&1"
+
+
+rule lab_cyclic_cpu:
+    message:
+        "Lab cyclic-access experiment on vLLM's CPU build (vLLM alone, native CPU tier, pool too small); records go to {params.out}"
+    input:
+        lambda wc: lab_wf.live_opt_in(LAB, "live_cpu"),
+        model="data/tiny-model",
+    output:
+        done=touch("results/experiments/lab_cyclic_cpu.done"),
+    params:
+        out=LAB["live_cpu"]["out"],
+        args=LAB["live_cpu"]["args"],
+    log:
+        "logs/lab_cyclic_cpu.log",
+    benchmark:
+        "results/benchmarks/lab_cyclic_cpu.tsv"
+    conda:
+        "../../envs/vllm-cpu.yaml"
+    shell:
+        "PYTHONPATH=src python -m kvtier.lab.cyclic --out {params.out} --platform cpu --model {input.model} {params.args} "
+        "--pin > {log} 2>&1"

@@ -5,12 +5,13 @@ from __future__ import annotations
 from ..snake import activated
 
 
-def live_opt_in(lab_config: dict) -> list[str]:
-    """Input of the opt-in live rule: nothing, or a clear refusal when it was not switched on."""
-    if not activated(lab_config["live"]["activate"]):
+def live_opt_in(lab_config: dict, key: str = "live") -> list[str]:
+    """Input of an opt-in live rule: nothing, or a clear refusal when it was not switched on."""
+    if not activated(lab_config[key]["activate"]):
+        rule = "lab_cyclic" if key == "live" else "lab_cyclic_cpu"
         raise ValueError(
-            "lab_cyclic launches vLLM servers and writes raw/; enable it with "
-            "--config 'lab={\"live\": {\"activate\": true}}' (see config/config.yaml, lab.live)"
+            f"{rule} launches vLLM servers and writes raw/; enable it with "
+            f"--config 'lab={{\"{key}\": {{\"activate\": true}}}}' (see config/config.yaml, lab.{key})"
         )
     return []
 
