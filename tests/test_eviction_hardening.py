@@ -143,13 +143,21 @@ wait
 """
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def test_sigterm_marks_the_run_failed_and_stops_the_server(tmp_path):
     exe = tmp_path / "vllm"
     pidfile = tmp_path / "child.pid"
     exe.write_text(FAKE_SERVE.format(pidfile=pidfile))
     exe.chmod(0o755)
     cmd = [sys.executable, "-m", "kvtier.harness", "run", "--setup", "t", "--out", str(tmp_path / "out"), "--run-id", "r",
-           "--model", "/m", "--vllm-bin", str(exe), "--tier", "none", "--platform", "cuda", "--port", "8109",
+           "--model", "/m", "--vllm-bin", str(exe), "--tier", "none", "--platform", "cuda", "--port", str(free_port()),
            "--health-timeout", "120", "--no-progress"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     for _ in range(300):

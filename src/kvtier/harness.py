@@ -67,6 +67,7 @@ def _spec(a: argparse.Namespace, platform: str | None = None) -> ServerSpec:
 
 
 def _server_args(p: argparse.ArgumentParser) -> None:
+    """The options that describe a server to launch (shared with kvtier-replay)."""
     g = p.add_argument_group("server (launched unless --url is given)")
     g.add_argument("--model", help="model path or name for `vllm serve`")
     g.add_argument("--served-model-name", dest="served_name", default="model")

@@ -1,0 +1,120 @@
+"""kvtier-replay: replay public agentic sessions against a live vLLM and keep what the note keeps.
+
+Examples
+  # eight kv-cache-tester sessions at 1/20 of their token counts, ten times faster than recorded,
+  # against vLLM's CPU build with its native CPU tier (launched here, stopped at the end)
+  kvtier-replay --trace kv-cache-tester:../shared/traces/kv-cache-tester/traces_0001-0100.tgz \
+      --sessions 8 --scale 0.05 --compress 10 --out raw/production/cpu --model data/tiny-model \
+      --served-model-name tiny --tier native --offload-gib 0.125 --vllm-bin .venv-vllm/bin/vllm \
+      --server-arg=--block-size=64 --server-arg=--kv-cache-memory-bytes=67108864
+
+  # the same against a server that is already running
+  kvtier-replay --trace mooncake:conversation_trace.jsonl --limit 500 --scale 0.01 --url http://127.0.0.1:8000 --out out/
+
+Writes to --out: client.jsonl (one line per request: sent tokens, usage's cached tokens, time to
+first chunk), run.yaml (trace, scaling, server), host.yaml, metrics.prom (the /metrics snapshot at
+the end), metrics_start.prom, and server.log for a launched server. Rerun with the same --out to
+resume after the last answered request of each session.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+import yaml
+
+from ..eviction.host import host_info, versions
+from ..harness import _platform, _server_args, _spec, api_key, launched_server_meta
+from ..serving.client import RequestFailed, ServingClient
+from ..serving.redact import scrub_file, secret_values
+from ..serving.server import PreflightError, ServerDied, VllmServer, preflight
+from .client import replay
+from .schedule import Scaling, kv_cache_tester, mooncake
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kvtier-replay", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--trace", required=True, help="kv-cache-tester:PATH.tgz or mooncake:PATH.jsonl")
+    p.add_argument("--out", required=True, help="folder for the records (reuse it to resume)")
+    p.add_argument("--sessions", type=int, default=8, help="kv-cache-tester: conversations replayed, in file order")
+    p.add_argument("--session-gap", type=float, default=30.0, help="kv-cache-tester: seconds between session starts (after compression)")
+    p.add_argument("--limit", type=int, help="mooncake: requests replayed")
+    p.add_argument("--scale", type=float, default=0.05, help="token counts x this factor")
+    p.add_argument("--compress", type=float, default=10.0, help="trace seconds / this factor")
+    p.add_argument("--vocab-size", type=int, default=2048, help="token ids are drawn below this")
+    p.add_argument("--max-tokens-cap", type=int, default=16)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-duration", type=float, default=600.0, help="seconds after which no new request is sent")
+    p.add_argument("--workers", type=int, default=8, help="requests in flight at most")
+    p.add_argument("--url", help="attach to a running server instead of launching one")
+    p.add_argument("--api-key")
+    p.add_argument("--request-timeout", type=float, default=600.0)
+    p.add_argument("--no-progress", action="store_true")
+    _server_args(p)
+    return p
+
+
+def schedule(a: argparse.Namespace, s: Scaling):  # noqa: ANN201
+    kind, _, path = a.trace.partition(":")
+    if kind == "kv-cache-tester":
+        return kv_cache_tester(path, s, sessions=a.sessions, session_gap_s=a.session_gap)
+    if kind == "mooncake":
+        return mooncake(path, s, limit=a.limit)
+    raise SystemExit(f"error: --trace must start with kv-cache-tester: or mooncake:, not {a.trace!r}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    s = Scaling(scale=a.scale, compress=a.compress, vocab_size=a.vocab_size, max_tokens_cap=a.max_tokens_cap, seed=a.seed)
+    turns = schedule(a, s)
+    software = versions(None if a.url else a.vllm_bin)
+    spec = _spec(a, "cuda" if a.url and a.platform == "auto" else _platform(a, software))
+    key = api_key(a)
+    server = None
+    meta = {"record": "replay of public agentic sessions (kvtier-replay)", "class": "measured", "trace": a.trace,
+            "sessions": a.sessions if a.trace.startswith("kv-cache-tester") else None, "limit": a.limit,
+            "scaling": {"scale": s.scale, "compress": s.compress, "session_gap_s": a.session_gap, "vocab_size": s.vocab_size,
+                        "max_tokens_cap": s.max_tokens_cap, "seed": s.seed},
+            "turns": len(turns), "max_duration_s": a.max_duration, "versions": software,
+            "server": {"mode": "attached", "url": a.url} if a.url else launched_server_meta(spec)}
+    try:
+        if not a.url:
+            for line in preflight(spec):
+                print("preflight ok:", line, file=sys.stderr)
+            server = VllmServer(spec, out / "server.log")
+            server.start()
+            print(f"starting vllm serve (log: {server.log_path})", file=sys.stderr)
+            meta["server"]["health_wait_s"] = round(server.wait_healthy(a.health_timeout), 1)  # type: ignore[index]
+        url = a.url or spec.url
+        (out / "run.yaml").write_text(yaml.safe_dump(meta, sort_keys=False), encoding="utf-8")
+        (out / "host.yaml").write_text(yaml.safe_dump(host_info(), sort_keys=False), encoding="utf-8")
+        model = None if a.url else a.served_name
+        with ServingClient(url, model, timeout_s=a.request_timeout, api_key=key) as probe:
+            if not (out / "metrics_start.prom").exists():
+                (out / "metrics_start.prom").write_text(probe.metrics_text(), encoding="utf-8")
+            name = probe.model
+        counts = replay(turns, lambda: ServingClient(url, name, timeout_s=a.request_timeout, api_key=key),
+                        out / "client.jsonl", max_duration_s=a.max_duration, workers=a.workers, progress=not a.no_progress)
+        with ServingClient(url, name, timeout_s=a.request_timeout, api_key=key) as probe:
+            (out / "metrics.prom").write_text(probe.metrics_text(), encoding="utf-8")
+    except (PreflightError, ServerDied, RequestFailed) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"interrupted; the client log in {out} keeps every answered request; rerun to resume", file=sys.stderr)
+        return 130
+    finally:
+        if server is not None:
+            server.stop()
+        scrub_file(out / "server.log", secret_values(spec.command(), {**os.environ, **spec.env, "API_KEY": key or ""}))
+    print(f"{out}: {counts}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,113 @@
+"""Send a schedule of turns to a live server: sessions in parallel, each session's turns in order.
+
+A turn is sent at its arrival time, or when its session's previous turn has finished if that is
+later (a session is a conversation: its next prompt exists only once the last answer came). The
+run stops scheduling after `max_duration_s`; every finished request is one line of the client log
+(append-only, flushed), and a rerun with the same log skips what finished and goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import defaultdict, deque
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from pathlib import Path
+from typing import Any, Callable
+
+from tqdm import tqdm
+
+from ..serving.client import RequestFailed, ServingClient
+from .schedule import Turn
+
+
+def finished(log_path: Path) -> set[tuple[int, int]]:
+    """(session, index) of the turns the log already holds as answered."""
+    if not log_path.exists():
+        return set()
+    done = set()
+    for line in log_path.read_text(encoding="utf-8").splitlines():
+        if line.strip():
+            r = json.loads(line)
+            if r["status"] == "ok":
+                done.add((r["session"], r["index"]))
+    return done
+
+
+class _Log:
+    def __init__(self, path: Path):
+        self.path, self.lock = path, threading.Lock()
+
+    def write(self, rec: dict[str, Any]) -> None:
+        with self.lock, open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(rec, sort_keys=True) + "\n")
+            f.flush()
+
+
+def replay(turns: list[Turn], new_client: Callable[[], ServingClient], log_path: str | Path, *,
+           max_duration_s: float = 600.0, workers: int = 8, progress: bool = True) -> dict[str, int]:
+    """Returns counts: sent, ok, failed, skipped (already in the log), unsent (past the duration)."""
+    log_path = Path(log_path)
+    done = finished(log_path)
+    todo = [t for t in turns if (t.session, t.index) not in done]
+    heads: dict[int, deque[Turn]] = defaultdict(deque)
+    for t in sorted(todo, key=lambda t: (t.session, t.index)):
+        heads[t.session].append(t)
+    log = _Log(log_path)
+    local = threading.local()
+    base = min((t.at_s for t in todo), default=0.0)
+    t0 = time.monotonic()
+    counts = {"sent": 0, "ok": 0, "failed": 0, "skipped": len(turns) - len(todo), "unsent": 0}
+
+    def send(t: Turn) -> None:
+        if not hasattr(local, "client"):
+            local.client = new_client()
+        rec: dict[str, Any] = {"session": t.session, "index": t.index, "at_s": round(t.at_s, 4),
+                               "sent_s": round(time.monotonic() - t0 + base, 4), "prompt_tokens_sent": len(t.prompt),
+                               "trace_tokens": t.trace_tokens, "max_tokens": t.max_tokens}
+        try:
+            r = local.client.stream_completion(t.prompt, t.max_tokens, ignore_eos=True)
+        except RequestFailed as e:
+            rec.update(status="failed", error=str(e))
+        else:
+            usage = r.usage or {}
+            rec.update(status="ok", error=None, first_chunk_s=r.first_chunk_s, total_s=round(r.total_s, 6),
+                       usage_prompt_tokens=usage.get("prompt_tokens"),
+                       cached_tokens=(usage.get("prompt_tokens_details") or {}).get("cached_tokens"),
+                       completion_tokens=usage.get("completion_tokens"))
+        log.write(rec)
+        if rec["status"] != "ok":
+            raise RequestFailed(rec["error"])
+
+    busy: dict[Future[None], int] = {}
+    bar = tqdm(total=len(todo), disable=not progress, unit="req", desc="replay")
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        while heads or busy:
+            now = time.monotonic() - t0 + base
+            if now - base > max_duration_s:
+                counts["unsent"] = sum(len(q) for q in heads.values())
+                heads.clear()
+            active = set(busy.values())
+            for s in [s for s, q in heads.items() if s not in active and q[0].at_s <= now]:
+                t = heads[s].popleft()
+                if not heads[s]:
+                    del heads[s]
+                busy[pool.submit(send, t)] = s
+                counts["sent"] += 1
+            waiting = [q[0].at_s for s, q in heads.items() if s not in set(busy.values())]
+            timeout = max(0.0, min(waiting) - now) if waiting else None
+            if not busy:
+                time.sleep(min(timeout or 0.0, 1.0))
+                continue
+            ready, _ = wait(list(busy), timeout=min(timeout, 1.0) if timeout is not None else 1.0, return_when=FIRST_COMPLETED)
+            for f in ready:
+                s = busy.pop(f)
+                if f.exception() is None:
+                    counts["ok"] += 1
+                else:  # a failed turn ends its session: the next prompt would not be what the trace sent
+                    counts["failed"] += 1
+                    counts["unsent"] += len(heads.pop(s, ()))
+                bar.update(1)
+    bar.close()
+    return counts

@@ -1,0 +1,121 @@
+"""Public traces -> timed requests with token-id prompts that keep the trace's prefix structure.
+
+A trace names each prompt block by a prefix-chained hash id; equal ids mean an equal prefix. Each
+id becomes a fixed run of token ids (drawn from the model's vocabulary, seeded by the id and its
+scope), so equal ids give equal tokens and the server's prefix cache sees the trace's reuse. Token
+counts are multiplied by one stated `scale` (a trace block of 64 tokens at scale 1/16 becomes 4),
+so long agentic sessions fit a small server; arrival times are divided by `compress`.
+
+kv-cache-tester sessions carry times relative to their own start (`t`) and ids local to the
+session; sessions are started `session_gap_s` apart, in file order. Sub-agent records get their
+own id namespace (they run another model, so they share no KV with their parent).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tarfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..errors import RawRecordError
+
+KVTESTER_BLOCK = 64
+MOONCAKE_BLOCK = 512
+
+
+@dataclass(frozen=True)
+class Turn:
+    session: int
+    index: int                 # position within its session
+    at_s: float                # arrival time from the start of the replay
+    prompt: list[int] = field(repr=False)
+    max_tokens: int
+    trace_tokens: int          # the trace's own prompt length, before scaling
+
+
+@dataclass(frozen=True)
+class Scaling:
+    scale: float = 1.0         # tokens: trace tokens x scale
+    compress: float = 1.0      # time: trace seconds / compress
+    vocab_size: int = 2048
+    first_id: int = 16         # token ids below this (special tokens) are never used
+    max_tokens_cap: int = 16   # answers are cut to this many tokens (decode is not what is studied)
+    seed: int = 0
+
+    def block_tokens(self, trace_block: int) -> int:
+        return max(1, round(trace_block * self.scale))
+
+
+def block_ids(scope: str, hash_id: int, n: int, s: Scaling) -> list[int]:
+    """The token ids standing for one trace block: the same (scope, id) always gives the same ids."""
+    digest = hashlib.blake2b(f"{s.seed}/{scope}/{hash_id}".encode(), digest_size=8).digest()
+    rng = np.random.default_rng(int.from_bytes(digest, "little"))
+    return rng.integers(s.first_id, s.vocab_size, n).tolist()
+
+
+def prompt_of(scope: str, hash_ids: list[int], trace_tokens: int, trace_block: int, s: Scaling) -> list[int]:
+    b = s.block_tokens(trace_block)
+    want = max(1, round(trace_tokens * s.scale))
+    out: list[int] = []
+    for h in hash_ids:
+        out.extend(block_ids(scope, int(h), b, s))
+        if len(out) >= want:
+            break
+    return out[:want]
+
+
+def _flatten(requests: list[dict], offset: float, scope: str, where: str) -> list[tuple[float, str, dict]]:
+    out = []
+    for i, r in enumerate(requests):
+        if r.get("type") == "subagent":
+            out.extend(_flatten(r.get("requests", []), offset + float(r["t"]), f"{scope}/sub{i}", f"{where}/subagent {i}"))
+        elif "hash_ids" in r and "in" in r:
+            out.append((offset + float(r["t"]), scope, r))
+        else:
+            raise RawRecordError(where, f"request {i} has neither hash_ids/in nor sub-agent requests")
+    return out
+
+
+def kv_cache_tester(archive: str | Path, s: Scaling, *, sessions: int, session_gap_s: float) -> list[Turn]:
+    """The first `sessions` conversations of a kv-cache-tester .tgz, started `session_gap_s` apart."""
+    turns: list[Turn] = []
+    with tarfile.open(archive, "r:*") as tar:
+        members = sorted((m for m in tar.getmembers() if m.isfile() and m.name.endswith(".json")), key=lambda m: m.name)
+        for k, m in enumerate(members[:sessions]):
+            where = f"{archive}:{m.name}"
+            try:
+                conv = json.load(tar.extractfile(m))  # type: ignore[arg-type]
+            except json.JSONDecodeError as e:
+                raise RawRecordError(where, f"not JSON ({e})") from None
+            if conv.get("block_size") != KVTESTER_BLOCK:
+                raise RawRecordError(where, f"block_size {conv.get('block_size')!r}, expected {KVTESTER_BLOCK}")
+            events = sorted(_flatten(conv["requests"], 0.0, f"s{k}", where), key=lambda e: e[0])
+            for i, (t, scope, r) in enumerate(events):
+                turns.append(Turn(k, i, k * session_gap_s + t / s.compress,
+                                  prompt_of(scope, r["hash_ids"], int(r["in"]), KVTESTER_BLOCK, s),
+                                  max(1, min(s.max_tokens_cap, round(int(r["out"]) * s.scale))), int(r["in"])))
+    return sorted(turns, key=lambda t: (t.at_s, t.session, t.index))
+
+
+def mooncake(path: str | Path, s: Scaling, *, limit: int | None = None) -> list[Turn]:
+    """Mooncake JSONL (timestamps in ms, 512-token blocks, ids global): each request its own session."""
+    turns: list[Turn] = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if limit is not None and len(turns) >= limit:
+                break
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                t, n, o, ids = float(rec["timestamp"]) / 1e3, int(rec["input_length"]), int(rec["output_length"]), rec["hash_ids"]
+            except (ValueError, KeyError, TypeError) as e:
+                raise RawRecordError(path, f"not a Mooncake record ({e})", line=lineno, record=line.strip()) from None
+            turns.append(Turn(len(turns), 0, t / s.compress, prompt_of("g", ids, n, MOONCAKE_BLOCK, s),
+                              max(1, min(s.max_tokens_cap, round(o * s.scale))), n))
+    t0 = min((t.at_s for t in turns), default=0.0)
+    return [Turn(t.session, t.index, t.at_s - t0, t.prompt, t.max_tokens, t.trace_tokens) for t in turns]
