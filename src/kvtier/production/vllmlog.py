@@ -28,7 +28,7 @@ import re
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import numpy as np
 import pandas as pd
@@ -170,30 +170,32 @@ def _facts(message: str, path: str, line: int) -> dict[str, Any]:
     raise RawRecordError(path, "startup line not in a known format (truncated?)", line=line, record=message)
 
 
-def _times(ts: np.ndarray, lines: np.ndarray, year: int, path: str) -> np.ndarray:
+def _times(ts: np.ndarray, lines: np.ndarray, year: int, path: str,
+           carry: tuple[int, int] = (0, 0)) -> tuple[np.ndarray, tuple[int, int]]:
     """'MM-DD HH:MM:SS' (bytes, checked by the line regexes) -> datetime64[s], the year from
-    metadata; December -> January rolls over. Computed from the digits with numpy; a date that
-    arithmetic cannot vouch for (month 13, 02-30, second 60) goes to pandas, which names the line."""
+    metadata; December -> January rolls over (`carry`: the years rolled so far and the month of
+    the previous line, so ranges continue where the last one stopped). Computed from the digits
+    with numpy; a date that arithmetic cannot vouch for (month 13, 02-30, second 60) goes to
+    pandas, which names the line."""
     if not len(ts):
-        return np.array([], dtype="datetime64[s]")
+        return np.array([], dtype="datetime64[s]"), carry
     d = np.ascontiguousarray(ts, dtype="S14").view(np.uint8).reshape(-1, 14).astype(np.int64) - 48
     month, day, hour, minute, second = (d[:, i] * 10 + d[:, i + 1] for i in (0, 3, 6, 9, 12))
-    roll = np.concatenate([[0], np.cumsum((month[:-1] == 12) & (month[1:] == 1))])
+    prev = np.concatenate([[carry[1]], month[:-1]])
+    roll = carry[0] + np.cumsum((prev == 12) & (month == 1))
+    after = (int(roll[-1]), int(month[-1]))
     first = ((year + roll - 1970) * 12 + month - 1).astype("datetime64[M]").astype("datetime64[D]")
     days = (((year + roll - 1970) * 12 + month).astype("datetime64[M]").astype("datetime64[D]") - first).astype(np.int64)
     ok = (month >= 1) & (month <= 12) & (day >= 1) & (day <= days) & (hour < 24) & (minute < 60) & (second < 60)
     if not ok.all():
-        return _times_by_pandas([t.decode("ascii", "replace") for t in ts.tolist()], lines, year, path)
-    return (first + (day - 1)).astype("datetime64[s]") + (hour * 3600 + minute * 60 + second)
+        return _times_by_pandas([t.decode("ascii", "replace") for t in ts.tolist()], lines, year + roll, path), after
+    return (first + (day - 1)).astype("datetime64[s]") + (hour * 3600 + minute * 60 + second), after
 
 
-def _times_by_pandas(ts: list[str], lines: np.ndarray, year: int, path: str) -> np.ndarray:
+def _times_by_pandas(ts: list[str], lines: np.ndarray, years: np.ndarray, path: str) -> np.ndarray:
     """The reference conversion: pandas parses each 'YYYY-MM-DD HH:MM:SS' and names a bad one."""
     text = pd.Series(ts)
-    months = pd.to_numeric(text.str[:2], errors="coerce").to_numpy()
-    roll = np.concatenate([[0], np.cumsum((months[:-1] == 12) & (months[1:] == 1))])
-    years = (year + roll).astype(str)
-    parsed = pd.to_datetime(pd.Series(years) + "-" + text, format="%Y-%m-%d %H:%M:%S", errors="coerce")
+    parsed = pd.to_datetime(pd.Series(years.astype(str)) + "-" + text, format="%Y-%m-%d %H:%M:%S", errors="coerce")
     bad = parsed.isna().to_numpy()
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -269,7 +271,8 @@ def _parse_chunk(chunk: bytes, path: str) -> dict[str, Any]:
     if b" Engines Aggregated: " in chunk:
         s_idx = np.union1d(s_idx, _marker_lines(chunk, b" Engines Aggregated: ", nl)[0])
     x_idx, x_at = _marker_lines(chunk, XFER_MARKER, nl)
-    out: dict[str, Any] = {"n_lines": len(nl) + (0 if chunk.endswith(b"\n") else 1), "bytes": len(chunk)}
+    out: dict[str, Any] = {"n_lines": len(nl) + (0 if chunk.endswith(b"\n") else 1), "bytes": len(chunk),
+                           "last_byte": chunk[-1:]}
     out["stats_line"] = s_idx + 1
     stats = _stats_columns(_cut(chunk, starts, ends, s_idx), s_idx + 1, path)
     out.update({"stats_" + k: v for k, v in stats.items()})
@@ -299,7 +302,7 @@ def _cut(chunk: bytes, starts: np.ndarray, ends: np.ndarray, idx: np.ndarray | N
 
 ZERO_DIGITS = bytes.maketrans(b"0123456789", b"0000000000")
 STATS_LINE_B = re.compile(STATS_LINE.pattern.encode(), re.M)  # bytes: \d is ASCII only
-STATS_NUMERIC = ["pid", *STATS_COLUMNS]
+STATS_NUMERIC = ["pid", "engine", "engines", *STATS_COLUMNS]
 MAX_LAYOUTS = 4096  # more distinct layouts than this per chunk: the regex over every line is cheaper
 
 
@@ -516,77 +519,151 @@ def _fact_lines(chunk: bytes, nl: np.ndarray) -> list[tuple[int, bytes]]:
     return [(i + 1, chunk[a:b]) for i, a, b in zip(idx.tolist(), starts.tolist(), ends.tolist())]
 
 
-def read_server_log(path: str | Path, year: int, workers: int | None = None) -> ServerLog:
-    """Parse a vLLM server log; every line the analysis needs is checked, the rest is skipped.
+@dataclass
+class LogChunk:
+    """The reports of one byte range, as numpy columns with the file's line numbers; what a
+    streaming consumer (logsummary, contract.LogChecker) folds before the next range is read."""
 
-    The file is cut into ~64 MB ranges at line ends. A large file's ranges are parsed by a
-    process pool (`workers` processes, default: the CPUs this process may use); the results are
-    put back in file order with their line numbers shifted to the file's.
+    stats: dict[str, np.ndarray]      # line, segment, pid, engine, engines, device, STATS_COLUMNS, time
+    transfers: dict[str, np.ndarray]  # line, segment, stats_line, TRANSFER_COLUMNS, time
+
+
+class LogReader:
+    """Reads a vLLM server log range by range (~CHUNK bytes each) in bounded memory.
+
+    Iterating yields one LogChunk per range, in file order; a large file's ranges are parsed by
+    a process pool with at most `workers + 1` ranges in flight. After the last chunk, `segments`,
+    `key_generation`, `n_lines` and `bytes_read` describe the whole file. State that spans
+    ranges (the year roll-over, the stats line before a transfer line, the server runs) is
+    carried from one range to the next, so the chunks equal one pass over the file.
     """
-    path = Path(path)
-    p = str(path)
-    spans = _spans(path)
-    if workers is None:
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    use_pool = workers > 1 and len(spans) > 1 and path.stat().st_size >= PARALLEL_FROM
-    results: list[dict[str, Any]] = []
-    base = 0
-    if use_pool:
-        with ProcessPoolExecutor(max_workers=min(workers, len(spans))) as pool:
-            futures = [pool.submit(_parse_span, p, a, b) for a, b in spans]
-            for fut in futures:
-                try:
-                    results.append(fut.result())
-                except _ChunkError as e:
-                    _reraise(p, e, base)
-                base += results[-1]["n_lines"]
-    else:
-        for a, b in spans:
-            try:
-                results.append(_parse_span(p, a, b))
-            except _ChunkError as e:
-                _reraise(p, e, base)
-            base += results[-1]["n_lines"]
-    bases = np.cumsum([0] + [r["n_lines"] for r in results[:-1]])
-    gens: set[str] = set().union(*(r["xfer_gens"] for r in results)) if results else set()
-    if len(gens) > 1:
-        raise RawRecordError(p, "the log mixes KV Transfer key generations (<=0.21 and 0.25+); one server version per file")
-    facts = [(int(b) + line, text) for b, r in zip(bases, results) for line, text in r["facts"]]
-    segments = _segments(facts, p)
-    starts = np.array([s.first_line for s in segments], dtype=np.int64)
 
-    def cat(key: str, dtype: Any = float) -> np.ndarray:
-        parts = [r[key] for r in results if key in r]
-        return np.concatenate(parts) if parts else np.array([], dtype=dtype)
+    def __init__(self, path: str | Path, year: int, workers: int | None = None):
+        self.path = Path(path)
+        self.year = year
+        if workers is None:
+            workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        self.workers = workers
+        self.segments: list[Segment] = []
+        self.gens: set[str] = set()
+        self.n_lines = 0
+        self.bytes_read = 0
+        self._roll = {"stats": (0, 0), "xfer": (0, 0)}
+        self._last_stats_line = -1
 
-    stats = pd.DataFrame({"line": np.concatenate([r["stats_line"] + b for b, r in zip(bases, results)])
-                          if results else np.array([], np.int64)})
-    stats["segment"] = np.clip(np.searchsorted(starts, stats["line"].to_numpy(), side="right") - 1, 0, None)
-    stats["pid"] = cat("stats_pid")
-    stats["device"] = cat("stats_device", "U8")
-    for col in STATS_COLUMNS:
-        stats[col] = cat("stats_" + col)
-    for col in ("prompt_tps", "gen_tps", "kv_usage_pct"):
-        bad = ~np.isfinite(stats[col].to_numpy(float))
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise RawRecordError(p, f"non-finite {col} in a stats line", line=int(stats["line"].iloc[i]))
-    stats["time"] = _times(cat("stats_ts", "S14"), stats["line"].to_numpy(), year, p)
+    @property
+    def key_generation(self) -> str:
+        return next(iter(self.gens)) if self.gens else "none"
 
-    xfers = pd.DataFrame({"line": np.concatenate([r["xfer_line"] + b for b, r in zip(bases, results)])
-                          if results else np.array([], np.int64)})
-    xfers["segment"] = np.clip(np.searchsorted(starts, xfers["line"].to_numpy(), side="right") - 1, 0, None)
-    s_lines = stats["line"].to_numpy()
-    prev = np.searchsorted(s_lines, xfers["line"].to_numpy()) - 1
-    xfers["stats_line"] = s_lines[np.clip(prev, 0, None)] if len(s_lines) else -1
-    xfers.loc[prev < 0, "stats_line"] = -1
-    for name in TRANSFER_COLUMNS:
-        if any("xfer_" + name in r for r in results):
-            xfers[name] = np.concatenate([r.get("xfer_" + name, np.full(len(r["xfer_line"]), np.nan)) for r in results])
-        else:
-            xfers[name] = np.nan
-    xfers["time"] = _times(cat("xfer_ts", "S14"), xfers["line"].to_numpy(), year, p)
-    return ServerLog(p, stats, xfers, segments, gens.pop() if gens else "none", int(sum(r["bytes"] for r in results)))
+    def _results(self) -> Iterator[dict[str, Any]]:
+        p = str(self.path)
+        spans = _spans(self.path)
+        use_pool = self.workers > 1 and len(spans) > 1 and self.path.stat().st_size >= PARALLEL_FROM
+        if not use_pool:
+            for a, b in spans:
+                yield self._local(lambda a=a, b=b: _parse_span(p, a, b))
+            return
+        with ProcessPoolExecutor(max_workers=min(self.workers, len(spans))) as pool:
+            pending: list[Any] = []
+            todo = iter(spans)
+            for a, b in itertools.islice(todo, self.workers + 1):
+                pending.append(pool.submit(_parse_span, p, a, b))
+            while pending:
+                fut = pending.pop(0)
+                for a, b in itertools.islice(todo, 1):
+                    pending.append(pool.submit(_parse_span, p, a, b))
+                yield self._local(fut.result)
+
+    def _local(self, get: Any) -> dict[str, Any]:
+        try:
+            return get()
+        except _ChunkError as e:
+            _reraise(str(self.path), e, self.n_lines)
+            raise AssertionError("unreachable")
+
+    def __iter__(self) -> Iterator[LogChunk]:
+        p = str(self.path)
+        last_byte = b""
+        for r in self._results():
+            base = self.n_lines
+            self.gens |= r["xfer_gens"]
+            if len(self.gens) > 1:
+                raise RawRecordError(p, "the log mixes KV Transfer key generations (<=0.21 and 0.25+); one server version per file",
+                                     line=base + int(r["xfer_line"][0]) if len(r["xfer_line"]) else None)
+            _segments([(base + line, text) for line, text in r["facts"]], p, self.segments)
+            self.n_lines += r["n_lines"]
+            self.bytes_read += r["bytes"]
+            last_byte = r["last_byte"]
+            yield self._chunk(r, base)
+        if last_byte not in (b"", b"\n"):
+            raise RawRecordError(p, "the log ends inside a line (no final newline): a copy taken while the server was "
+                                    "writing, or a cut file; its last line would be read short (a number cut in two). "
+                                    "Copy the log again, or drop the partial last line", line=self.n_lines)
+
+    def _chunk(self, r: dict[str, Any], base: int) -> LogChunk:
+        p = str(self.path)
+        starts = np.array([s.first_line for s in self.segments], dtype=np.int64)
+
+        def segment_of(lines: np.ndarray) -> np.ndarray:
+            return np.clip(np.searchsorted(starts, lines, side="right") - 1, 0, None)
+
+        s_lines = r["stats_line"] + base
+        stats: dict[str, np.ndarray] = {"line": s_lines, "segment": segment_of(s_lines)}
+        for col in ("pid", "engine", "engines", "device", *STATS_COLUMNS):
+            stats[col] = r["stats_" + col]
+        for col in ("prompt_tps", "gen_tps", "kv_usage_pct"):
+            bad = ~np.isfinite(stats[col].astype(float))
+            if bad.any():
+                raise RawRecordError(p, f"non-finite {col} in a stats line", line=int(s_lines[np.flatnonzero(bad)[0]]))
+        stats["time"], self._roll["stats"] = _times(r["stats_ts"], s_lines, self.year, p, self._roll["stats"])
+
+        x_lines = r["xfer_line"] + base
+        xfers: dict[str, np.ndarray] = {"line": x_lines, "segment": segment_of(x_lines)}
+        prev = np.searchsorted(s_lines, x_lines) - 1
+        before = s_lines[np.clip(prev, 0, None)] if len(s_lines) else np.zeros(len(x_lines), np.int64)
+        xfers["stats_line"] = np.where(prev >= 0, before, self._last_stats_line).astype(np.int64)
+        if len(s_lines):
+            self._last_stats_line = int(s_lines[-1])
+        for name in TRANSFER_COLUMNS:
+            xfers[name] = r.get("xfer_" + name, np.full(len(x_lines), np.nan))
+        xfers["time"], self._roll["xfer"] = _times(r["xfer_ts"], x_lines, self.year, p, self._roll["xfer"])
+        return LogChunk(stats, xfers)
+
+
+V0_MARKER = b"Avg prompt throughput: "
+
+
+def v0_stats_line(path: str | Path) -> tuple[int, str] | None:
+    """The first stats line in the format of vLLM's V0 engine (vllm/engine/metrics.py, no
+    'Engine N:' before it), as (line, text); looked for only when no V1 stats line was found."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            if V0_MARKER in raw and b"Engine" not in raw.split(V0_MARKER, 1)[0][-40:]:
+                return number, raw.decode("utf-8", "replace").rstrip("\n")
+    return None
+
+
+def read_server_log(path: str | Path, year: int, workers: int | None = None) -> ServerLog:
+    """Parse a vLLM server log into tidy tables of every report; every line the analysis needs
+    is checked, the rest is skipped. The tables grow with the log: the production pipeline
+    streams instead (logsummary.summarize_server_log); this is for tests and small logs."""
+    reader = LogReader(path, year, workers)
+    chunks = list(reader)
+
+    def table(part: str, columns: list[str]) -> pd.DataFrame:
+        cols = {c: np.concatenate([getattr(ch, part)[c] for ch in chunks]) if chunks else _EMPTY[c] for c in columns}
+        return pd.DataFrame(cols)
+
+    stats = table("stats", STATS_TABLE)
+    xfers = table("transfers", TRANSFER_TABLE)
+    return ServerLog(str(reader.path), stats, xfers, reader.segments, reader.key_generation, reader.bytes_read)
+
+
+STATS_TABLE = ["line", "segment", "pid", "engine", "engines", "device", *STATS_COLUMNS, "time"]
+TRANSFER_TABLE = ["line", "segment", "stats_line", *TRANSFER_COLUMNS, "time"]
+_EMPTY = {**{c: np.array([], float) for c in STATS_TABLE + TRANSFER_TABLE},
+          "line": np.array([], np.int64), "segment": np.array([], np.int64), "stats_line": np.array([], np.int64),
+          "device": np.array([], "U8"), "time": np.array([], "datetime64[s]")}
 
 
 def _reraise(path: str, e: _ChunkError, base: int) -> None:
@@ -602,9 +679,9 @@ def _floats(values: list[str]) -> np.ndarray:
     return out
 
 
-def _segments(facts_found: list[tuple[int, bytes]], path: str) -> list[Segment]:
-    """Server runs: a new one starts where the version or the non-default args appear again."""
-    segments: list[Segment] = []
+def _segments(facts_found: list[tuple[int, bytes]], path: str, segments: list[Segment]) -> list[Segment]:
+    """Server runs, extended in place: a new one starts where the version or the non-default
+    args appear again (a restart)."""
     for line, raw in sorted(facts_found):
         text = raw.decode("utf-8", "replace")
         m = PREFIX.match(text)
