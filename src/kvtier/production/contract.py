@@ -110,6 +110,12 @@ def check_histogram(snap: Snapshot, family: str) -> None:
         edges = le.map(lambda v: math.inf if v == "+Inf" else float(v)).to_numpy()
         order = np.argsort(edges, kind="stable")
         edges, cum, lines = edges[order], grp["value"].to_numpy()[order], grp["line"].to_numpy()[order]
+        twice = np.flatnonzero(np.diff(edges) == 0)
+        if twice.size:  # '200000.0' and '2e+05' are one edge: summed, the share above it went negative
+            i = twice[0] + 1
+            raise RawRecordError(snap.path, f"{family}: bucket edge le={edges[i]:g} appears twice for the same series "
+                                            f"(lines {int(min(lines[i - 1], lines[i]))} and {int(max(lines[i - 1], lines[i]))}, "
+                                            "spelt differently?)", line=int(max(lines[i - 1], lines[i])))
         drops = np.flatnonzero(np.diff(cum) < 0)
         if drops.size:
             i = drops[0] + 1

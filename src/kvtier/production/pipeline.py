@@ -35,13 +35,12 @@ class Records:
     repairs: list[contract.Repair]
 
 
-def ingest(metrics: str | Path, log: str | Path, host: str | Path, settings: dict[str, Any] | None = None) -> Records:
+def ingest(metrics: str | Path, log: str | Path, host: str | Path, settings: dict[str, Any]) -> Records:
     """Parse and check the snapshot, the log and the host metadata against each other.
 
     The log is streamed (bounded memory) with the data contract on every chunk; its reports
     may not add up to more than the counters, it must come from the counters' single server
     run and engines, and the counters' units must give physically possible rates."""
-    settings = settings or {}
     meta, start, end = read_host(host)
     snap = read_prometheus(metrics)
     contract.check_snapshot(snap)
@@ -51,9 +50,8 @@ def ingest(metrics: str | Path, log: str | Path, host: str | Path, settings: dic
     server = summarize_server_log(log, year, interval, limits=contract.counter_limits(snap))
     contract.check_runs(server, snap)
     contract.check_engines(server, snap)
-    if "pcie_gen5_x16_bytes_per_s" in settings:
-        check_plausible(snap, A.pool_geometry(snap, server), float(settings.get("min_transfer_bytes_per_s", 1e9)),
-                        float(settings["pcie_gen5_x16_bytes_per_s"]))
+    check_plausible(snap, A.pool_geometry(snap, server), float(settings["min_transfer_bytes_per_s"]),
+                    float(settings["pcie_gen5_x16_bytes_per_s"]))
     first, last = server.first_time, server.last_time
     if first < pd.Timestamp(start.replace(tzinfo=None)) - pd.Timedelta(minutes=5) or last > pd.Timestamp(end.replace(tzinfo=None)):
         raise RawRecordError(log, f"reports run from {first} to {last}, outside the observation period {start}..{end} "
