@@ -6,15 +6,16 @@ stats line of 0.11 to 0.33 ("GPU"/"CPU"/device KV cache usage; Deferred, KV fetc
 External prefix cache hit rate only when present), and "KV Transfer metrics:" in both key
 generations (GPU_to_CPU_total_bytes... up to 0.21, vllm:kv_offload_* from 0.25).
 
-The file is read in large byte chunks, and no Python object is made for a line the analysis
-skips: numpy finds the newlines, a literal regex the report markers, and only report lines are
-cut out. Stats lines and transfer prefixes are checked once per digit layout (the line with its
-digits turned to '0', see _stats_columns) and their fields read column-wise with numpy; the
-transfer bodies go through one json.loads (a 'k=v, k=v' report is JSON once quoted). Where a
-bulk step cannot vouch for its input, lines are re-read one by one to name the bad one.
-Timestamps carry no year: it comes from the run's metadata, and a step from
-December to January moves to the next year. Restarts (a new "non-default args" line) open a
-new segment; the ten-second reports are per-interval deltas, so segments add up directly.
+The file is read in 16 MB chunks (LogReader), so memory stays bounded whatever its size, and
+no Python object is made for a line the analysis skips: numpy finds the newlines and the report
+markers (each begins with the ']' closing a record prefix), and only report lines are cut out.
+Stats lines and transfer prefixes are checked once per digit layout (the line with its digits
+turned to '0', see _stats_columns) and their fields read column-wise with numpy; the transfer
+bodies go through one json.loads (a 'k=v, k=v' report is JSON once quoted). Where a bulk step
+cannot vouch for its input, lines are re-read one by one to name the bad one. Timestamps carry
+no year: it comes from the run's metadata, and a step from December to January moves to the
+next year. Restarts (a new "non-default args" line) open a new segment; whether a log with
+several may be analysed against one snapshot is for the data contract (contract.check_runs).
 """
 
 from __future__ import annotations
@@ -203,7 +204,7 @@ def _times_by_pandas(ts: list[str], lines: np.ndarray, years: np.ndarray, path: 
     return parsed.to_numpy().astype("datetime64[s]")
 
 
-CHUNK = 1 << 26          # bytes a worker parses at once
+CHUNK = 1 << 24          # bytes parsed at once (16 MB): bounds the memory of one pass, whatever the log size
 PARALLEL_FROM = 1 << 28  # files this large are parsed by a process pool, one chunk per task
 
 
@@ -256,21 +257,25 @@ def _parse_span(path: str, start: int, end: int) -> dict[str, Any]:
 def _parse_chunk(chunk: bytes, path: str) -> dict[str, Any]:
     """One chunk in bulk, with no Python object for the lines the analysis skips.
 
-    Newlines are found by numpy, the report lines by one C-level split per marker; only those
-    lines are cut out. Stats lines and transfer prefixes are checked once per digit layout
+    Newlines and report markers are found by numpy (a marker always begins with the ']' that
+    closes the record prefix: those are the only candidates); only report lines are cut out. Stats lines and transfer prefixes are checked once per digit layout
     (_stats_columns, _transfer_columns); transfer bodies go through one json.loads.
     """
     if b"\x1b" in chunk:
         chunk = ANSI.sub(b"", chunk)
     if b"\r" in chunk:
         chunk = chunk.replace(b"\r\n", b"\n")
-    nl = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
+    a = np.frombuffer(chunk, dtype=np.uint8)
+    nl = np.flatnonzero(a == 10)
     starts = np.concatenate([np.zeros(1, np.int64), nl + 1])  # line i is chunk[starts[i]:ends[i]]
     ends = np.append(nl, len(chunk))
-    s_idx = _marker_lines(chunk, b"] Engine ", nl)[0]
-    if b" Engines Aggregated: " in chunk:
-        s_idx = np.union1d(s_idx, _marker_lines(chunk, b" Engines Aggregated: ", nl)[0])
-    x_idx, x_at = _marker_lines(chunk, XFER_MARKER, nl)
+    close = np.flatnonzero(a == 93)  # ']': every report marker starts with the one closing the prefix
+    s_idx = _lines_of(_followed_by(a, close, b"] Engine "), nl)[0]
+    agg = [c for c in _followed_by(a, close, b"] ").tolist() if 48 <= a[min(c + 2, len(a) - 1)] <= 57
+           and AGGREGATED.match(chunk, c)]
+    if agg:
+        s_idx = np.union1d(s_idx, _lines_of(np.array(agg, np.int64), nl)[0])
+    x_idx, x_at = _lines_of(_followed_by(a, close, XFER_MARKER), nl)
     out: dict[str, Any] = {"n_lines": len(nl) + (0 if chunk.endswith(b"\n") else 1), "bytes": len(chunk),
                            "last_byte": chunk[-1:]}
     out["stats_line"] = s_idx + 1
@@ -284,11 +289,24 @@ def _parse_chunk(chunk: bytes, path: str) -> dict[str, Any]:
     return out
 
 
-def _marker_lines(chunk: bytes, marker: bytes, nl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """0-based numbers of the lines that hold `marker`, and where its first copy in each starts.
-    A literal regex finds the copies at memchr-like speed, unlike a Python test per line; the
-    line of each comes from the newline offsets (a marker holds no newline)."""
-    offsets = np.fromiter((m.start() for m in re.finditer(re.escape(marker), chunk)), np.int64)
+AGGREGATED = re.compile(rb"\] \d+ Engines Aggregated: ")
+
+
+def _followed_by(a: np.ndarray, at: np.ndarray, text: bytes) -> np.ndarray:
+    """The offsets in `at` where the chunk (as uint8 `a`) holds `text`: one byte compared at a
+    time over the candidates still left, so the cost is about one pass over the candidates
+    (a regex or split over the chunk made a Python object per hit)."""
+    keep = at[at + len(text) <= len(a)]
+    for i, byte in enumerate(text):
+        if not len(keep):
+            break
+        keep = keep[a[keep + i] == byte]
+    return keep
+
+
+def _lines_of(offsets: np.ndarray, nl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """0-based numbers of the lines that hold the hits at `offsets` (sorted), and the first hit
+    in each; the line of each comes from the newline offsets (a marker holds no newline)."""
     lines, first = np.unique(np.searchsorted(nl, offsets), return_index=True)
     return lines, offsets[first]
 
