@@ -6,12 +6,12 @@ stats line of 0.11 to 0.33 ("GPU"/"CPU"/device KV cache usage; Deferred, KV fetc
 External prefix cache hit rate only when present), and "KV Transfer metrics:" in both key
 generations (GPU_to_CPU_total_bytes... up to 0.21, vllm:kv_offload_* from 0.25).
 
-The file is read in 16 MB chunks (LogReader), so memory stays bounded whatever its size, and
+The file is read in 8 MB chunks (LogReader), so memory stays bounded whatever its size, and
 no Python object is made for a line the analysis skips: numpy finds the newlines and the report
 markers (each begins with the ']' closing a record prefix), and only report lines are cut out.
 Stats lines and transfer prefixes are checked once per digit layout (the line with its digits
 turned to '0', see _stats_columns) and their fields read column-wise with numpy; the transfer
-bodies go through one json.loads (a 'k=v, k=v' report is JSON once quoted). Where a bulk step
+bodies go through pandas' C CSV reader (one 'key,value' row per item). Where a bulk step
 cannot vouch for its input, lines are re-read one by one to name the bad one. Timestamps carry
 no year: it comes from the run's metadata, and a step from December to January moves to the
 next year. Restarts (a new "non-default args" line) open a new segment; whether a log with
@@ -21,10 +21,12 @@ several may be analysed against one snapshot is for the data contract (contract.
 from __future__ import annotations
 
 import ast
+import csv
+import io
 import itertools
-import json
 import math
 import os
+from operator import methodcaller
 import re
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -204,7 +206,7 @@ def _times_by_pandas(ts: list[str], lines: np.ndarray, years: np.ndarray, path: 
     return parsed.to_numpy().astype("datetime64[s]")
 
 
-CHUNK = 1 << 24          # bytes parsed at once (16 MB): bounds the memory of one pass, whatever the log size
+CHUNK = 1 << 23          # bytes parsed at once (8 MB): bounds the memory of one pass, whatever the log size
 PARALLEL_FROM = 1 << 28  # files this large are parsed by a process pool, one chunk per task
 
 
@@ -259,7 +261,7 @@ def _parse_chunk(chunk: bytes, path: str) -> dict[str, Any]:
 
     Newlines and report markers are found by numpy (a marker always begins with the ']' that
     closes the record prefix: those are the only candidates); only report lines are cut out. Stats lines and transfer prefixes are checked once per digit layout
-    (_stats_columns, _transfer_columns); transfer bodies go through one json.loads.
+    (_stats_columns, _transfer_columns); transfer bodies go through one CSV read (_transfer_bulk).
     """
     if b"\x1b" in chunk:
         chunk = ANSI.sub(b"", chunk)
@@ -271,8 +273,10 @@ def _parse_chunk(chunk: bytes, path: str) -> dict[str, Any]:
     ends = np.append(nl, len(chunk))
     close = np.flatnonzero(a == 93)  # ']': every report marker starts with the one closing the prefix
     s_idx = _lines_of(_followed_by(a, close, b"] Engine "), nl)[0]
-    agg = [c for c in _followed_by(a, close, b"] ").tolist() if 48 <= a[min(c + 2, len(a) - 1)] <= 57
-           and AGGREGATED.match(chunk, c)]
+    spaced = _followed_by(a, close, b"] ")
+    spaced = spaced[spaced + 2 < len(a)]
+    spaced = spaced[(a[spaced + 2] - 48) < 10]  # '] 2 Engines Aggregated': a digit after '] ' (rare otherwise)
+    agg = [c for c in spaced.tolist() if AGGREGATED.match(chunk, c)]
     if agg:
         s_idx = np.union1d(s_idx, _lines_of(np.array(agg, np.int64), nl)[0])
     x_idx, x_at = _lines_of(_followed_by(a, close, XFER_MARKER), nl)
@@ -285,7 +289,8 @@ def _parse_chunk(chunk: bytes, path: str) -> dict[str, Any]:
     xfer, gens = _transfer_columns(chunk, starts[x_idx], x_at, ends[x_idx], x_idx + 1, path)
     out["xfer_gens"] = gens
     out.update({"xfer_" + k: v for k, v in xfer.items()})
-    out["facts"] = _fact_lines(chunk, nl)
+    first_report = min([int(starts[idx[0]]) for idx in (s_idx, x_idx) if len(idx)], default=len(chunk))
+    out["facts"] = _fact_lines(chunk, nl, first_report)
     return out
 
 
@@ -417,7 +422,6 @@ def _raise_stats_error(lines: list[bytes], numbers: np.ndarray, path: str) -> No
     raise AssertionError("stats lines matched one by one but not together")
 
 
-NOT_A_JSON_NUMBER = re.compile(rb'":(?:[^-0-9]|-[^0-9])')  # null, true, "x", NaN, Infinity, [..], a space
 
 
 def _transfer_columns(chunk: bytes, starts: np.ndarray, at: np.ndarray, ends: np.ndarray, numbers: np.ndarray,
@@ -466,32 +470,52 @@ def _transfer_times(prefixes: list[bytes]) -> np.ndarray | None:
     return ts
 
 
-def _transfer_bulk(bodies: tuple[bytes, ...]) -> tuple[dict[str, np.ndarray], set[str]] | None:
-    """The report bodies as columns through one json.loads, or None where JSON might read a body
-    otherwise than parse_transfer (then the caller goes line by line)."""
-    text = b'[{"' + b'},{"'.join(bodies).replace(b"=", b'":').replace(b", ", b',"') + b'}]'
-    if b"\\" in text or NOT_A_JSON_NUMBER.search(text):
+def _transfer_bulk(bodies: list[bytes]) -> tuple[dict[str, np.ndarray], set[str]] | None:
+    """The report bodies as columns through pandas' C CSV reader, one `key,value` row per item,
+    or None where it might read a body otherwise than parse_transfer (then the caller goes line
+    by line): a row without its two fields, a value that is not a finite number, a key outside
+    both vocabularies (other vllm: series are skipped, as parse_transfer skips them), a key twice
+    in one report, or both key generations. Its numbers equal float(text) (pandas 3's parser is
+    correctly rounded; tests/test_production_vllmlog.py compares the two)."""
+    n = len(bodies)
+    items = np.fromiter(map(methodcaller("count", b", "), bodies), np.int64, n) + 1
+    text = b"\n".join(bodies).replace(b", ", b"\n").replace(b"=", b",")
+    if b"\r" in text:
         return None
     try:
-        dicts = json.loads(text)
-    except ValueError:
+        rows = pd.read_csv(io.BytesIO(text), header=None, names=["key", "value"], index_col=False, engine="c",
+                           quoting=csv.QUOTE_NONE, na_filter=False, skip_blank_lines=False,
+                           dtype={"key": object, "value": np.float64})
+    except (ValueError, pd.errors.ParserError):
         return None
-    keys = set().union(*dicts)
-    if any(k not in KEYS and not k.startswith("vllm:") for k in keys):
+    if len(rows) != int(items.sum()):
         return None
-    gens = {KEYS[k][1] for k in keys if k in KEYS}
-    sizes = np.fromiter(map(len, dicts), np.int64, len(dicts))
-    if len(gens) > 1 or text.count(b'":') != int(sizes.sum()):  # a key twice in one report: dict keeps one
+    values = rows["value"].to_numpy()
+    if not np.isfinite(values).all():
         return None
-    slot = {k: i for i, k in enumerate(sorted(keys))}
-    total = int(sizes.sum())
-    values = np.fromiter(itertools.chain.from_iterable(map(dict.values, dicts)), float, total)
-    where = np.fromiter(map(slot.__getitem__, itertools.chain.from_iterable(dicts)), np.int64, total)
-    table = np.full((len(slot), len(dicts)), np.nan)
-    table[where, np.repeat(np.arange(len(dicts)), sizes)] = values
-    if np.isinf(values).any():  # 1e999
+    codes, keys = pd.factorize(rows["key"].to_numpy())
+    body = np.repeat(np.arange(n), items)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
+    columns: dict[str, np.ndarray] = {}
+    gens: set[str] = set()
+    for u, key in enumerate(keys.tolist()):
+        hit = KEYS.get(key)
+        if hit is None:
+            if key.startswith("vllm:"):
+                continue  # other offload series (allocation sizes, read/write usage): not used
+            return None
+        at = order[bounds[u]:bounds[u + 1]]
+        where = body[at]
+        if len(where) > 1 and (np.diff(where) <= 0).any():  # a key twice in one report
+            return None
+        out = np.full(n, np.nan)
+        out[where] = values[at]
+        columns[hit[0]] = out
+        gens.add(hit[1])
+    if len(gens) > 1:
         return None
-    return {KEYS[k][0]: table[i] for k, i in slot.items() if k in KEYS}, gens
+    return columns, gens
 
 
 def _transfer_by_line(bodies: tuple[bytes, ...], numbers: np.ndarray, path: str) -> tuple[dict[str, np.ndarray], set[str]]:
@@ -509,12 +533,13 @@ def _transfer_by_line(bodies: tuple[bytes, ...], numbers: np.ndarray, path: str)
     return {c: np.array([r.get(c, np.nan) for r in rows], dtype=float) for c in names}, set(first)
 
 
-def _fact_lines(chunk: bytes, nl: np.ndarray) -> list[tuple[int, bytes]]:
+def _fact_lines(chunk: bytes, nl: np.ndarray, first_report: int) -> list[tuple[int, bytes]]:
     """Startup lines (local line number, text), once per marker found. They follow a
-    "non-default args" line within a few minutes, so the other markers are only looked for in a
-    window after each of those (and at the very start of a chunk, for logs whose first run began
-    before it); overlapping windows are merged so that no byte is searched twice."""
-    windows = [(0, min(len(chunk), 1 << 20))]
+    "non-default args" line within a few minutes, before the server reports any traffic, so the
+    other markers are only looked for in a window after each of those (and at the start of a
+    chunk up to its first report, for a startup block that began before the chunk, or a log whose
+    first run began before it); overlapping windows are merged so that no byte is searched twice."""
+    windows = [(0, min(len(chunk), 1 << 20, first_report))]
     pos = chunk.find(FACT_MARKERS[0])
     while pos >= 0:
         lo, hi = max(0, pos - 4096), min(len(chunk), pos + (1 << 20))
