@@ -26,7 +26,6 @@ import io
 import itertools
 import math
 import os
-from operator import methodcaller
 import re
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
@@ -290,7 +289,8 @@ def _parse_chunk(chunk: bytes, path: str) -> dict[str, Any]:
     out["xfer_gens"] = gens
     out.update({"xfer_" + k: v for k, v in xfer.items()})
     first_report = min([int(starts[idx[0]]) for idx in (s_idx, x_idx) if len(idx)], default=len(chunk))
-    out["facts"] = _fact_lines(chunk, nl, first_report)
+    args_at = _followed_by(a, close, b"] " + FACT_MARKERS[0]) + 2  # a restart: its args right after the prefix
+    out["facts"] = _fact_lines(chunk, nl, first_report, args_at.tolist())
     return out
 
 
@@ -478,8 +478,11 @@ def _transfer_bulk(bodies: list[bytes]) -> tuple[dict[str, np.ndarray], set[str]
     in one report, or both key generations. Its numbers equal float(text) (pandas 3's parser is
     correctly rounded; tests/test_production_vllmlog.py compares the two)."""
     n = len(bodies)
-    items = np.fromiter(map(methodcaller("count", b", "), bodies), np.int64, n) + 1
-    text = b"\n".join(bodies).replace(b", ", b"\n").replace(b"=", b",")
+    joined = b"\n".join(bodies)
+    j = np.frombuffer(joined, dtype=np.uint8)
+    items = np.bincount(np.searchsorted(np.flatnonzero(j == 10), np.flatnonzero(j == 44)), minlength=n) + 1
+    text = joined.replace(b", ", b"\n").replace(b"=", b",")
+    del j, joined
     if b"\r" in text:
         return None
     try:
@@ -533,21 +536,19 @@ def _transfer_by_line(bodies: tuple[bytes, ...], numbers: np.ndarray, path: str)
     return {c: np.array([r.get(c, np.nan) for r in rows], dtype=float) for c in names}, set(first)
 
 
-def _fact_lines(chunk: bytes, nl: np.ndarray, first_report: int) -> list[tuple[int, bytes]]:
+def _fact_lines(chunk: bytes, nl: np.ndarray, first_report: int, args_at: list[int]) -> list[tuple[int, bytes]]:
     """Startup lines (local line number, text), once per marker found. They follow a
     "non-default args" line within a few minutes, before the server reports any traffic, so the
     other markers are only looked for in a window after each of those (and at the start of a
     chunk up to its first report, for a startup block that began before the chunk, or a log whose
     first run began before it); overlapping windows are merged so that no byte is searched twice."""
     windows = [(0, min(len(chunk), 1 << 20, first_report))]
-    pos = chunk.find(FACT_MARKERS[0])
-    while pos >= 0:
+    for pos in args_at:  # where each "non-default args" message starts (found by _parse_chunk)
         lo, hi = max(0, pos - 4096), min(len(chunk), pos + (1 << 20))
         if lo <= windows[-1][1]:
             windows[-1] = (windows[-1][0], max(hi, windows[-1][1]))
         else:
             windows.append((lo, hi))
-        pos = chunk.find(FACT_MARKERS[0], pos + 1)
     hits = set()
     for lo, hi in windows:
         for marker in FACT_MARKERS:
