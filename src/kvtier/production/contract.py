@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..errors import RawRecordError
 from .promtext import Snapshot
-from .vllmlog import LogChunk, Segment, ServerLog, v0_stats_line
+from .vllmlog import LogChunk, ServerLog, v0_stats_line
 
 if TYPE_CHECKING:
     from .logsummary import LogSummary
@@ -173,7 +173,7 @@ def check_log(log: ServerLog, interval_s: float = 10.0, slack_s: float = 1.0) ->
     checker = LogChecker(log.path, interval_s, slack_s, log.key_generation)
     checker.add(LogChunk({c: log.stats[c].to_numpy() for c in log.stats.columns},
                          {c: log.transfers[c].to_numpy() for c in log.transfers.columns}))
-    return checker.finish(log.segments)
+    return checker.finish()
 
 
 class LogChecker:
@@ -291,7 +291,7 @@ class LogChecker:
             raise RawRecordError(self.path, "KV Transfer report has load bytes without a load count (or the reverse)",
                                  line=int(lines[np.flatnonzero(loads)[0]]))
 
-    def finish(self, segments: list[Segment]) -> list[Repair]:
+    def finish(self) -> list[Repair]:
         if not self.n_stats:
             v0 = v0_stats_line(self.path)
             if v0 is not None:

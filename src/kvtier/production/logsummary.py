@@ -124,7 +124,7 @@ def summarize_server_log(path: str | Path, year: int, interval_s: float = 10.0, 
         checker.add(chunk)
         fold.add(chunk)
     checker = checker or LogChecker(str(reader.path), interval_s, limits=limits)
-    repairs = checker.finish(reader.segments)
+    repairs = checker.finish()
     return fold.result(str(reader.path), reader.segments, reader.key_generation, reader.bytes_read, reader.n_lines, repairs)
 
 
