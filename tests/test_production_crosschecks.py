@@ -207,10 +207,10 @@ def test_a_second_startup_block_the_counters_do_not_show_is_refused(copy: Path) 
 
 def test_streaming_in_small_chunks_and_a_pool_equals_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     """Item 9: the summary the pipeline streams is the same whatever the chunking."""
-    import kvtier.production.vllmlog as V
+    import kvtier.production.logreader as R
     one = summarize_server_log(RAW / "server.log", 2026, workers=1)
-    monkeypatch.setattr(V, "CHUNK", 1 << 19)      # ~8 ranges
-    monkeypatch.setattr(V, "PARALLEL_FROM", 0)    # and a process pool for this small file
+    monkeypatch.setattr(R, "CHUNK", 1 << 19)      # ~8 ranges
+    monkeypatch.setattr(R, "PARALLEL_FROM", 0)    # and a process pool for this small file
     many = summarize_server_log(RAW / "server.log", 2026, workers=2)
     assert one.loads.equals(many.loads) and one.busy_hours == many.busy_hours and one.engines == many.engines == {"0"}
     assert one.totals == pytest.approx(many.totals, rel=1e-12) and one.repairs == many.repairs

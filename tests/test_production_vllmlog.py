@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kvtier.errors import RawRecordError
-from kvtier.production.vllmlog import read_server_log
+from kvtier.production.logreader import read_server_log
 
 V025 = ("(APIServer pid=5150) INFO 07-14 21:36:42 [loggers.py:273] Engine 000: Avg prompt throughput: 4.0 tokens/s, "
         "Avg generation throughput: 5.6 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 3.0%, "
@@ -112,9 +112,9 @@ REPLICA_LOG = Path(__file__).resolve().parent.parent / "raw/production/C/server.
 
 def test_chunked_and_parallel_parsing_agree_with_one_pass(monkeypatch, tmp_path):
     one = read_server_log(REPLICA_LOG, 2026, workers=1)
-    import kvtier.production.vllmlog as V
-    monkeypatch.setattr(V, "CHUNK", 1 << 20)        # ~5 ranges
-    monkeypatch.setattr(V, "PARALLEL_FROM", 0)      # and a process pool even for this small file
+    import kvtier.production.logreader as R
+    monkeypatch.setattr(R, "CHUNK", 1 << 20)        # ~5 ranges
+    monkeypatch.setattr(R, "PARALLEL_FROM", 0)      # and a process pool even for this small file
     many = read_server_log(REPLICA_LOG, 2026, workers=2)
     for a, b in ((one.stats, many.stats), (one.transfers, many.transfers)):
         assert a.equals(b)

@@ -17,7 +17,8 @@ import pandas as pd
 
 from ..errors import RawRecordError
 from .promtext import Snapshot
-from .vllmlog import LogChunk, ServerLog, v0_stats_line
+from .logreader import LogChunk, v0_stats_line
+from .vllmlog import ServerLog
 
 if TYPE_CHECKING:
     from .logsummary import LogSummary

@@ -18,7 +18,8 @@ import numpy as np
 import pandas as pd
 
 from .contract import LogChecker, Repair
-from .vllmlog import TRANSFER_COLUMNS, LogChunk, LogReader, Segment, ServerLog
+from .logreader import LogChunk, LogReader
+from .vllmlog import TRANSFER_COLUMNS, Segment, ServerLog
 
 LOAD_COLUMNS = ["line", "segment", "stats_line", "time", "load_bytes", "load_time", "load_count"]
 HOUR = 3600
