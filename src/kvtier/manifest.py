@@ -21,7 +21,7 @@ from .errors import ManifestError
 
 COLUMNS = ["path", "bytes", "sha256", "class", "description"]
 CLASSES = {"measured", "published", "replica"}
-NOT_RECORDS = {"MANIFEST.tsv", "README.md"}  # files of raw/ that are not records
+NOT_RECORDS = {"MANIFEST.tsv", "README.md"}  # files under raw/ that are not records (by name, as before)
 
 
 def path_problem(path: str) -> str | None:
@@ -163,7 +163,7 @@ def unpinned_files(raw_dir: Path, root: Path, entries: dict[str, Entry]) -> list
     """Files and symlinks under raw/ that no manifest row pins (they are read by nothing)."""
     on_disk = set()
     for p in raw_dir.rglob("*"):
-        if (p.is_file() or p.is_symlink()) and not (p.parent == raw_dir and p.name in NOT_RECORDS):
+        if (p.is_file() or p.is_symlink()) and p.name not in NOT_RECORDS:
             on_disk.add(p.relative_to(root).as_posix())
     return sorted(on_disk - set(entries))
 
