@@ -217,3 +217,26 @@ def test_streaming_in_small_chunks_and_a_pool_equals_one_pass(monkeypatch: pytes
     assert one.tokens_by_hour == pytest.approx(many.tokens_by_hour, rel=1e-12)
     assert (one.n_stats, one.n_transfers, one.max_running, one.first_time, one.last_time) == \
            (many.n_stats, many.n_transfers, many.max_running, many.first_time, many.last_time)
+
+
+def test_memory_does_not_grow_with_the_log(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Item 9: the streamed ingest holds one chunk, not the log (before: rows for every report,
+    peak memory about 0.8 x the file). Four times the log, about the same peak (traced allocations)."""
+    import importlib.util
+    import tracemalloc
+
+    import kvtier.production.logreader as R
+    spec = importlib.util.spec_from_file_location("bench_logparse", REPO / "benchmarks/bench_logparse.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    monkeypatch.setattr(R, "CHUNK", 1 << 20)
+    peaks = []
+    for copies in (2, 8):
+        path = tmp_path / f"server-{copies}.log"
+        size, year = bench.make_log(path, copies * (RAW / "server.log").stat().st_size / 1e9 - 0.001)
+        tracemalloc.start()
+        summary = summarize_server_log(path, year, workers=1)
+        peaks.append(tracemalloc.get_traced_memory()[1])
+        tracemalloc.stop()
+        assert summary.n_stats == path.read_bytes().count(b"] Engine 000: ")  # every report read
+    assert peaks[1] < 1.5 * peaks[0], f"peak {peaks[1] / 1e6:.1f} MB for 4x the log against {peaks[0] / 1e6:.1f} MB"
