@@ -434,7 +434,7 @@ def _transfer_bulk(bodies: list[bytes]) -> tuple[dict[str, np.ndarray], set[str]
     try:
         rows = pd.read_csv(io.BytesIO(text), header=None, names=["key", "value"], index_col=False, engine="c",
                            quoting=csv.QUOTE_NONE, na_filter=False, skip_blank_lines=False,
-                           dtype={"key": object, "value": np.float64})
+                           dtype={"key": "category", "value": np.float64})  # keys coded in C
     except (ValueError, pd.errors.ParserError):
         return None
     if len(rows) != int(items.sum()):
@@ -442,7 +442,8 @@ def _transfer_bulk(bodies: list[bytes]) -> tuple[dict[str, np.ndarray], set[str]
     values = rows["value"].to_numpy()
     if not np.isfinite(values).all():
         return None
-    codes, keys = pd.factorize(rows["key"].to_numpy())
+    codes = rows["key"].cat.codes.to_numpy()
+    keys = rows["key"].cat.categories
     body = np.repeat(np.arange(n), items)
     order = np.argsort(codes, kind="stable")
     bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
