@@ -9,7 +9,7 @@ from kvtier.coldread import ColdReadModel
 from kvtier.errors import RawRecordError
 from kvtier.production import analysis as A
 from kvtier.production.promtext import parse_prometheus
-from kvtier.production.vllmlog import read_server_log
+from kvtier.production.logreader import read_server_log
 from test_production_contract import snapshot_text
 
 NOTE_MODEL = ColdReadModel(np.array([200_000, 500_000, 889_000, 981_000]), np.array([11.8, 31.3, 58.9, 66.0]))

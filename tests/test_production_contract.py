@@ -8,7 +8,7 @@ import pytest
 from kvtier.errors import RawRecordError
 from kvtier.production import contract
 from kvtier.production.promtext import parse_prometheus
-from kvtier.production.vllmlog import read_server_log
+from kvtier.production.logreader import read_server_log
 
 M = 'engine="0",model_name="m"'
 

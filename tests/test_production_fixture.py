@@ -5,7 +5,7 @@ from pathlib import Path
 from kvtier.production import analysis as A
 from kvtier.production import contract
 from kvtier.production.promtext import read_prometheus
-from kvtier.production.vllmlog import read_server_log
+from kvtier.production.logreader import read_server_log
 
 FIX = Path(__file__).resolve().parent / "fixtures/vllm-cpu"
 

@@ -9,7 +9,7 @@ import pytest
 from kvtier.production import analysis as A
 from kvtier.production import contract
 from kvtier.production.promtext import read_prometheus
-from kvtier.production.vllmlog import read_server_log
+from kvtier.production.logreader import read_server_log
 
 REPO = Path(__file__).resolve().parent.parent
 VLLM = Path(os.environ.get("KVTIER_VLLM_BIN", str(REPO / ".venv-vllm" / "bin" / "vllm")))

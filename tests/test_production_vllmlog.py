@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from kvtier.errors import RawRecordError
-from kvtier.production.vllmlog import read_server_log
+from kvtier.production.logreader import read_server_log
 
 V025 = ("(APIServer pid=5150) INFO 07-14 21:36:42 [loggers.py:273] Engine 000: Avg prompt throughput: 4.0 tokens/s, "
         "Avg generation throughput: 5.6 tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 3.0%, "
@@ -112,9 +112,9 @@ REPLICA_LOG = Path(__file__).resolve().parent.parent / "raw/production/C/server.
 
 def test_chunked_and_parallel_parsing_agree_with_one_pass(monkeypatch, tmp_path):
     one = read_server_log(REPLICA_LOG, 2026, workers=1)
-    import kvtier.production.vllmlog as V
-    monkeypatch.setattr(V, "CHUNK", 1 << 20)        # ~5 ranges
-    monkeypatch.setattr(V, "PARALLEL_FROM", 0)      # and a process pool even for this small file
+    import kvtier.production.logreader as R
+    monkeypatch.setattr(R, "CHUNK", 1 << 20)        # ~5 ranges
+    monkeypatch.setattr(R, "PARALLEL_FROM", 0)      # and a process pool even for this small file
     many = read_server_log(REPLICA_LOG, 2026, workers=2)
     for a, b in ((one.stats, many.stats), (one.transfers, many.transfers)):
         assert a.equals(b)
@@ -195,3 +195,19 @@ def test_transfer_line_with_a_bad_prefix_names_the_line(tmp_path, prefix):
     bad = prefix + LEGACY[LEGACY.index("] KV Transfer metrics: "):]
     with pytest.raises(RawRecordError, match=r"server.log:3: KV Transfer line without the vLLM prefix"):
         read_server_log(write(tmp_path, [V025, LEGACY, bad]), 2026)
+
+
+def test_bulk_transfer_reading_equals_parse_transfer_bit_for_bit():
+    """The CSV bulk read of the bodies against the reference reading (parse_transfer: float(text)),
+    on every report of the replica and on random float reprs, exponents and long mantissas included."""
+    from kvtier.production.vllmlog import XFER_MARKER, _transfer_bulk, _transfer_by_line
+    text = REPLICA_LOG.read_bytes()
+    bodies = [line.split(XFER_MARKER, 1)[1] for line in text.splitlines() if XFER_MARKER in line]
+    rng = np.random.default_rng(12)
+    floats = [repr(float(x)) for x in rng.random(2000) * 10.0 ** rng.integers(-12, 13, 2000)]
+    bodies += [f"vllm:kv_offload_load_time={v}, vllm:kv_offload_load_bytes={rng.integers(0, 2**62)}".encode() for v in floats]
+    fast, gens = _transfer_bulk(bodies)
+    slow, gens_slow = _transfer_by_line(bodies, np.arange(1, len(bodies) + 1), "x")
+    assert gens == gens_slow == {"flat"} and set(fast) == set(slow)
+    for col in slow:
+        assert np.array_equal(fast[col], slow[col], equal_nan=True), col

@@ -74,3 +74,40 @@ def test_one_tampered_byte_stops_the_run_naming_the_file(tmp_path: Path) -> None
 def test_lint_is_clean(built_repo: Path) -> None:
     done = snakemake(built_repo, "--lint")
     assert "Congratulations" in done.stdout + done.stderr
+
+
+def test_an_edit_that_keeps_the_mtime_and_a_deleted_pinned_file_stop_the_run(built_repo: Path) -> None:
+    """Issue 12, item 10: mtimes alone said 'Nothing to be done' (rc 0) for both."""
+    import os
+    table = built_repo / "raw/production/C/headroom.csv"
+    data, st = table.read_bytes(), table.stat()
+    try:
+        edited = bytearray(data)
+        edited[-3] ^= 0x01
+        table.write_bytes(bytes(edited))
+        os.utime(table, ns=(st.st_atime_ns, st.st_mtime_ns))
+        done = snakemake(built_repo, check=False)
+        assert done.returncode != 0 and "raw/production/C/headroom.csv: content differs" in done.stderr
+        table.unlink()
+        done = snakemake(built_repo, check=False)
+        assert done.returncode != 0 and "headroom.csv: listed in raw/MANIFEST.tsv but missing on disk" in done.stderr
+    finally:
+        table.write_bytes(data)
+        os.utime(table, ns=(st.st_atime_ns, st.st_mtime_ns))
+    assert "Nothing to be done" in (lambda d: d.stdout + d.stderr)(snakemake(built_repo, "--dry-run"))
+
+
+def test_a_record_error_reaches_the_console_with_file_and_line(tmp_path: Path) -> None:
+    """Issue 12, items 6 and 12: a doubled server log, pinned deliberately, stops production_numbers;
+    the console shows the file and line (before: the run rendered '1,018 of 517 restores')."""
+    repo = copy_repo(tmp_path)
+    log = repo / "raw/production/C/server.log"
+    text = log.read_text()
+    log.write_text(text + text)
+    lines = text.splitlines()
+    second = len(lines) + next(i for i, line in enumerate(lines) if "] Engine 000:" in line) + 1
+    from kvtier.manifest import add_entries
+    add_entries([log], "replica", "doubled for a test", repo / "raw/MANIFEST.tsv")
+    done = snakemake(repo, "results/numbers/production.json", check=False)
+    assert done.returncode != 0
+    assert f"kvtier: rule production_numbers failed: raw/production/C/server.log:{second}: a server run" in done.stderr

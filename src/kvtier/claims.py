@@ -19,6 +19,7 @@ import jsonschema
 import pandas as pd
 import yaml
 
+from .errors import ClaimsError
 from .numbers import Number, atomic_write_text, load_registry
 from .render.formats import BYTES, TIME, WORDS
 
@@ -231,6 +232,6 @@ def gate(csv: str | Path, ok_path: str | Path) -> None:
     failed = table[table["status"] == "fail"]
     if len(failed):
         lines = [f"  {r.id}: printed {r.printed}, recomputed {r.recomputed} ({r.key}, tolerance {r.tolerance})" for r in failed.itertuples()]
-        raise SystemExit(f"{len(failed)} published number(s) not reproduced (see results/claims.md):\n" + "\n".join(lines))
+        raise ClaimsError(f"{len(failed)} published number(s) not reproduced (see results/claims.md):\n" + "\n".join(lines))
     counts = table["status"].value_counts().to_dict()
     atomic_write_text(ok_path, f"{counts}\n")

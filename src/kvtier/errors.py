@@ -22,3 +22,11 @@ class RawRecordError(ValueError):
 
 class ManifestError(RuntimeError):
     """A raw file that is not what raw/MANIFEST.tsv pins (unlisted, missing or altered)."""
+
+
+class ClaimsError(RuntimeError):
+    """Published numbers that the rebuild did not reproduce; the message lists each one."""
+
+
+# What a workflow script shows on the console, not only in its rule's log (kvtier.snake.begin).
+CONSOLE_ERRORS = (RawRecordError, ManifestError, ClaimsError)

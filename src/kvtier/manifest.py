@@ -1,21 +1,54 @@
 """raw/MANIFEST.tsv: every raw input pinned by size and sha256, with its provenance class.
 
 Rules verify their raw inputs against it before reading them, so one changed byte stops the
-run with a message naming the file instead of silently moving a published number.
+run with a message naming the file instead of silently moving a published number. The
+workflow also checks every pinned file on each invocation (`check_pins`, a few milliseconds
+for a few MB), because Snakemake's mtimes do not see an edit that kept the mtime, and lists
+the files under raw/ that nobody pinned. A pinned path is a plain relative path under raw/
+(no `..`, no symlink on the way): a row must not pull an outside file into the note.
 """
 
 from __future__ import annotations
 
 import csv
 import hashlib
+import os
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Iterable
 
 from .errors import ManifestError
 
 COLUMNS = ["path", "bytes", "sha256", "class", "description"]
 CLASSES = {"measured", "published", "replica"}
+NOT_RECORDS = {"MANIFEST.tsv", "README.md"}  # files under raw/ that are not records (by name, as before)
+
+
+def path_problem(path: str) -> str | None:
+    """Why `path` is not a pinnable record path (relative, canonical, under raw/), or None."""
+    if not path or "\\" in path or "\0" in path:
+        return "is not a plain path (empty, or a backslash or NUL in it)"
+    pure = PurePosixPath(path)
+    if pure.is_absolute():
+        return "is absolute"
+    parts = path.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return "is not a plain relative path (it has '..', '.' or an empty part)"
+    if parts[0] != "raw" or len(parts) < 2:
+        return "is not under raw/"
+    if pure.name in NOT_RECORDS and len(parts) == 2:
+        return "is the manifest itself"
+    return None
+
+
+def _symlink_on_the_way(root: Path, rel: str) -> str | None:
+    """The first symlink among rel's folders and the file itself, relative to root, or None."""
+    here = root
+    for part in rel.split("/"):
+        here = here / part
+        if here.is_symlink():
+            return here.relative_to(root).as_posix()
+    return None
 
 
 @dataclass(frozen=True)
@@ -50,6 +83,9 @@ def read_manifest(manifest: str | Path) -> dict[str, Entry]:
             if len(row) != len(COLUMNS):
                 raise ManifestError(f"{manifest}:{lineno}: expected {len(COLUMNS)} tab-separated fields, found {len(row)}")
             path, size, digest, klass, desc = row
+            problem = path_problem(path)
+            if problem:
+                raise ManifestError(f"{manifest}:{lineno}: path {path!r} {problem}; a manifest row must name a file under raw/")
             if klass not in CLASSES:
                 raise ManifestError(f"{manifest}:{lineno}: class {klass!r} is not one of {sorted(CLASSES)}")
             if path in entries:
@@ -70,23 +106,77 @@ def verify_files(paths: Iterable[str | Path], manifest: str | Path = "raw/MANIFE
     root = _root_of(manifest)
     checked: dict[str, Entry] = {}
     for p in paths:
-        rel = Path(p).resolve().relative_to(root).as_posix() if Path(p).is_absolute() else Path(p).as_posix()
+        rel = _relative(p, root, manifest)
         entry = entries.get(rel)
         if entry is None:
             raise ManifestError(f"{rel}: not listed in {manifest}; add it with `kvtier manifest add` before using it")
-        full = root / rel
-        if not full.exists():
-            raise ManifestError(f"{rel}: listed in {manifest} but missing on disk")
-        size = full.stat().st_size
-        digest = sha256_of(full)
-        if size != entry.bytes or digest != entry.sha256:
-            raise ManifestError(
-                f"{rel}: content differs from {manifest} (bytes {size} vs {entry.bytes}, "
-                f"sha256 {digest[:12]}… vs {entry.sha256[:12]}…); raw records are read-only — "
-                "restore the file, or re-pin it deliberately with `kvtier manifest add`"
-            )
+        _check_entry(entry, root, manifest)
         checked[rel] = entry
     return checked
+
+
+def _relative(p: str | Path, root: Path, manifest: Path) -> str:
+    """A path as the manifest spells it (relative to the repository root), refused if it leaves raw/.
+    An absolute path is normalised without following links, so a linked folder stays visible."""
+    p = Path(p)
+    if p.is_absolute():
+        plain = Path(os.path.abspath(p))
+        for base in (root, Path(os.path.abspath(manifest)).parent.parent):  # root, links resolved or not
+            try:
+                rel = plain.relative_to(base).as_posix()
+                break
+            except ValueError:
+                continue
+        else:
+            raise ManifestError(f"{p}: outside the repository {root}; only files under raw/ are records")
+    else:
+        rel = p.as_posix()
+    problem = path_problem(rel)
+    if problem:
+        raise ManifestError(f"{rel}: {problem}; only files under raw/ are records")
+    return rel
+
+
+def _check_entry(entry: Entry, root: Path, manifest: Path) -> None:
+    """One pinned file: a regular file (no symlink on the way), of the pinned size and sha256."""
+    rel = entry.path
+    link = _symlink_on_the_way(root, rel)
+    if link:
+        raise ManifestError(f"{rel}: {link} is a symlink; raw records must be regular files inside raw/ "
+                            "(copy the file in and pin it)")
+    full = root / rel
+    if not full.exists():
+        raise ManifestError(f"{rel}: listed in {manifest} but missing on disk")
+    if not full.is_file():
+        raise ManifestError(f"{rel}: listed in {manifest} but not a regular file")
+    size = full.stat().st_size
+    digest = sha256_of(full) if size == entry.bytes else ""
+    if size != entry.bytes or digest != entry.sha256:
+        shown = f"sha256 {digest[:12]}… vs {entry.sha256[:12]}…" if digest else "sha256 not computed"
+        raise ManifestError(
+            f"{rel}: content differs from {manifest} (bytes {size} vs {entry.bytes}, {shown}); raw records "
+            "are read-only — restore the file, or re-pin it deliberately with `kvtier manifest add`"
+        )
+
+
+def unpinned_files(raw_dir: Path, root: Path, entries: dict[str, Entry]) -> list[str]:
+    """Files and symlinks under raw/ that no manifest row pins (they are read by nothing)."""
+    on_disk = set()
+    for p in raw_dir.rglob("*"):
+        if (p.is_file() or p.is_symlink()) and p.name not in NOT_RECORDS:
+            on_disk.add(p.relative_to(root).as_posix())
+    return sorted(on_disk - set(entries))
+
+
+def check_pins(manifest: str | Path = "raw/MANIFEST.tsv") -> list[str]:
+    """Every pinned file present, a regular file, of its size and sha256 (whatever its mtime);
+    returns the files under raw/ that are not pinned. Run by the workflow on each invocation."""
+    manifest = Path(manifest)
+    entries = read_manifest(manifest)
+    root = _root_of(manifest)
+    for entry in entries.values():
+        _check_entry(entry, root, manifest)
+    return unpinned_files(manifest.resolve().parent, root, entries)
 
 
 def verify_tree(raw_dir: str | Path = "raw", manifest: str | Path | None = None) -> dict[str, Entry]:
@@ -95,12 +185,7 @@ def verify_tree(raw_dir: str | Path = "raw", manifest: str | Path | None = None)
     manifest = Path(manifest) if manifest else raw_dir / "MANIFEST.tsv"
     entries = read_manifest(manifest)
     root = _root_of(manifest)
-    on_disk = {
-        p.relative_to(root).as_posix()
-        for p in raw_dir.resolve().rglob("*")
-        if p.is_file() and p.name not in {"MANIFEST.tsv", "README.md"}
-    }
-    unlisted = sorted(on_disk - set(entries))
+    unlisted = unpinned_files(raw_dir.resolve(), root, entries)
     if unlisted:
         raise ManifestError(f"{unlisted[0]}: file under raw/ not listed in {manifest} ({len(unlisted)} unlisted in all)")
     return verify_files(sorted(entries), manifest)
@@ -114,8 +199,11 @@ def add_entries(paths: Iterable[str | Path], klass: str, description: str, manif
     entries = read_manifest(manifest) if manifest.exists() else {}
     root = _root_of(manifest)
     for p in paths:
-        full = Path(p).resolve()
-        rel = full.relative_to(root).as_posix()
+        rel = _relative(Path(p).absolute(), root, manifest)
+        link = _symlink_on_the_way(root, rel)
+        if link:
+            raise ManifestError(f"{rel}: {link} is a symlink; copy the record into raw/ before pinning it")
+        full = root / rel
         entries[rel] = Entry(rel, full.stat().st_size, sha256_of(full), klass, description)
     write_manifest(entries.values(), manifest)
 

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any, Iterable
 
-from .errors import ManifestError
-from .manifest import verify_files
+from .errors import CONSOLE_ERRORS
+from .manifest import check_pins, verify_files
 from .numbers import NumbersWriter
 
 MANIFEST = "raw/MANIFEST.tsv"
@@ -33,20 +33,42 @@ def raw_inputs(paths: Iterable[str]) -> list[str]:
     return [p for p in paths if Path(p).as_posix().startswith("raw/") and not p.endswith("MANIFEST.tsv")]
 
 
+def _console_excepthook(rule: str, log_path: str) -> Any:
+    """Uncaught errors: the traceback goes to the rule's log as usual; an error about a record
+    (file:line) or the failing claims is also printed on the console, where the user looks
+    (Snakemake itself only says 'CalledProcessError ... check log file(s)')."""
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], error: BaseException, tb: Any) -> None:
+        previous(kind, error, tb)  # to sys.stderr, the rule's log
+        if isinstance(error, CONSOLE_ERRORS):
+            print(f"kvtier: rule {rule} failed: {error}\n  (traceback in {log_path})", file=sys.__stderr__, flush=True)
+
+    return hook
+
+
+def check_raw_pins(manifest: str) -> list[str]:
+    """Run at every workflow invocation, before Snakemake compares mtimes: every pinned file's
+    size and sha256 (an edit that kept its mtime, a deleted file), and the files under raw/ that
+    no row pins, which are listed on the console because nothing reads them."""
+    unpinned = check_pins(manifest)
+    if unpinned:
+        shown = "\n".join(f"  {p}" for p in unpinned[:20]) + (f"\n  ... {len(unpinned) - 20} more" if len(unpinned) > 20 else "")
+        print(f"kvtier: {len(unpinned)} file(s) under raw/ are not pinned in {manifest}, so no rule reads them "
+              f"(pin them with `kvtier manifest add PATH... --class C --description D`):\n{shown}", file=sys.stderr, flush=True)
+    return unpinned
+
+
 def begin(snakemake: Any) -> logging.Logger:
     """Send stderr and logging to the rule's log, then pin-check every raw input."""
     if snakemake.log:
         sys.stderr = open(snakemake.log[0], "w", buffering=1, encoding="utf-8")
+        sys.excepthook = _console_excepthook(snakemake.rule, snakemake.log[0])
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True)
     log = logging.getLogger(f"kvtier.{snakemake.rule}")
     raw = raw_inputs(_paths(snakemake.input))
     if raw:
-        try:
-            verify_files(raw, MANIFEST)
-        except ManifestError as e:
-            # the rule's log has it too, but a changed raw file must be seen without opening logs
-            print(f"kvtier: {e}", file=sys.__stderr__, flush=True)
-            raise
+        verify_files(raw, MANIFEST)  # a ManifestError reaches the console through the excepthook
         log.info("verified %d raw input(s) against %s", len(raw), MANIFEST)
     return log
 

@@ -6,13 +6,15 @@ from pathlib import Path
 #   EXTRA_TARGETS.append(path)                       further outputs of the default target
 # Input functions read these lists lazily, after every rule file has been included.
 
-from kvtier.snake import activated
+from kvtier.snake import activated, check_raw_pins
 
 NUMBERS: list[str] = []
 FIGURES: dict[str, str] = {}
 EXTRA_TARGETS: list[str] = []
 ANALYSIS_ENV = "../../envs/analysis.yaml"
 MANIFEST = config["manifest"]
+# Pinned files are checked by content on every invocation (mtimes miss an edit that kept them).
+check_raw_pins(MANIFEST)
 # Every rule depends on the package's code, so a change in an analysis reruns what it feeds
 # (Snakemake itself only tracks the rule's own script).
 PACKAGE_CODE = sorted(str(p) for p in Path("src/kvtier").rglob("*.py"))

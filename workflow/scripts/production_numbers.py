@@ -6,7 +6,7 @@ from kvtier.snake import begin, numbers_writer
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 log = begin(smk)
 writer = numbers_writer(smk, "prod")
-records = ingest(smk.input.metrics, smk.input.log, smk.input.host)
+records = ingest(smk.input.metrics, smk.input.log, smk.input.host, dict(smk.params.settings))
 for r in records.repairs:
     log.warning("data contract repair: %s lines %d-%d: %s", r.path, r.first_line, r.last_line, r.detail)
 tables = analyse(records, smk.input.coldreads, dict(smk.params.settings), smk.input.headroom, writer)

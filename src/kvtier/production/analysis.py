@@ -16,8 +16,11 @@ import pandas as pd
 
 from ..coldread import ColdReadModel
 from ..errors import RawRecordError
+from .logsummary import LogSummary, summary_of
 from .promtext import Snapshot
 from .vllmlog import ServerLog
+
+Log = ServerLog | LogSummary  # a log in tables (tests) or streamed to its summary (the pipeline)
 
 GIB = 2.0**30
 
@@ -45,7 +48,7 @@ class PoolGeometry:
         return self.blocks * self.bytes_per_block
 
 
-def pool_geometry(snap: Snapshot, log: ServerLog) -> PoolGeometry:
+def pool_geometry(snap: Snapshot, log: Log) -> PoolGeometry:
     """From vllm:kv_offload_config_info (chunks, bytes, tokens), checked against the connector's
     block_size in the startup args and the size in the 'Created mmap file' line."""
     rows = snap.select("vllm:kv_offload_config_info")
@@ -73,7 +76,7 @@ def pool_geometry(snap: Snapshot, log: ServerLog) -> PoolGeometry:
     return PoolGeometry(block_tokens, size // chunks, chunks)
 
 
-def server_facts(log: ServerLog) -> dict[str, float]:
+def server_facts(log: Log) -> dict[str, float]:
     """Startup facts: context length, GPU KV pool (tokens, bytes), model memory."""
     f = log.facts()
     need = {"kv_cache_tokens": "'KV cache size: N tokens'", "kv_cache_gib": "'Available KV cache memory'",
@@ -152,10 +155,11 @@ def pool_stats(geometry: PoolGeometry, gpu_pool_tokens: int, stored_bytes: float
 
 # ---------------------------------------------------------------- restores from the ten-second reports
 
-def size_restores(log: ServerLog, geometry: PoolGeometry, extra_blocks: int) -> pd.DataFrame:
+def size_restores(log: Log, geometry: PoolGeometry, extra_blocks: int) -> pd.DataFrame:
     """One row per visible restore. An interval's blocks moved = load bytes / bytes per block;
     k loads in one report share it evenly; a restore serves what it moved minus extra_blocks."""
-    x = log.transfers
+    log = summary_of(log)
+    x = log.loads
     if log.key_generation == "legacy":
         raise RawRecordError(log.path, "KV Transfer lines of vLLM <=0.21 carry no load count: restores cannot be sized "
                                        "(this needs vllm:kv_offload_load_size_count, vLLM 0.25+)")
@@ -216,39 +220,39 @@ def coldread_stats(restores: pd.DataFrame, model: ColdReadModel) -> tuple[dict[s
             "largest": float(model.predict(float(tok.max())))}, out
 
 
-def hour_stats(log: ServerLog, restores: pd.DataFrame, counter_count: float, top: int) -> dict[str, float]:
+def hour_stats(log: Log, restores: pd.DataFrame, counter_count: float, top: int) -> dict[str, float]:
     """Clock hours with traffic (a busy report in them), restores per such hour, the share of
     restored tokens in the `top` busiest hours, most requests running at once."""
-    st = log.stats
-    busy = st[(st["prompt_tps"] > 0) | (st["gen_tps"] > 0)]
-    hours = busy["time"].dt.floor("h").nunique()
+    log = summary_of(log)
+    hours = len(log.busy_hours)
     by_hour = restores.groupby(restores["time"].dt.floor("h"))["tokens"].sum().sort_values(ascending=False)
     return {"with_traffic": float(hours), "restores_per_traffic_hour": counter_count / hours,
             "top_count": float(top), "top_restore_share": float(by_hour.iloc[:top].sum() / by_hour.sum()),
-            "max_running": float(st["running"].max())}
+            "max_running": log.max_running}
 
 
-def hourly_traffic(log: ServerLog, start: datetime, end: datetime, interval_s: float) -> pd.DataFrame:
+def hourly_traffic(log: Log, start: datetime, end: datetime, interval_s: float) -> pd.DataFrame:
     """Tokens processed (computed prompt + generated) in each clock hour of the period, from the
     ten-second reports: the hourly shape of the traffic, which the counterfactual's synthetic
     sessions follow."""
-    st = log.stats
+    log = summary_of(log, interval_s)
     origin = pd.Timestamp(start.replace(tzinfo=None)).floor("h")
     n = int(np.ceil((pd.Timestamp(end.replace(tzinfo=None)) - origin) / pd.Timedelta(hours=1)))
-    hour = ((st["time"] - origin) // pd.Timedelta(hours=1)).to_numpy()
-    tokens = (st["prompt_tps"].to_numpy() + st["gen_tps"].to_numpy()) * interval_s
-    inside = (hour >= 0) & (hour < n)
-    per_hour = np.bincount(hour[inside], weights=tokens[inside], minlength=n)
+    first = int(origin.value // 10**9 // 3600)
+    per_hour = np.zeros(n)
+    for hour, tokens in log.tokens_by_hour.items():
+        if 0 <= hour - first < n:
+            per_hour[hour - first] += tokens
     starts = [(origin + pd.Timedelta(hours=h)).isoformat() for h in range(n)]
     return pd.DataFrame({"hour": np.arange(n), "start": starts, "tokens": per_hour})
 
 
-def log_coverage(log: ServerLog, snap: Snapshot) -> dict[str, float]:
+def log_coverage(log: Log, snap: Snapshot) -> dict[str, float]:
     """How much of each counter the ten-second reports show (the rest fell in lost reports)."""
-    x = log.transfers
-    return {"load_bytes": float(x["load_bytes"].sum()) / snap.value("vllm:kv_offload_load_bytes_total"),
-            "store_bytes": float(x["store_bytes"].sum()) / snap.value("vllm:kv_offload_store_bytes_total"),
-            "loads": float(x["load_count"].sum()) / snap.value("vllm:kv_offload_load_size_count")}
+    x = summary_of(log).totals
+    return {"load_bytes": x["load_bytes"] / snap.value("vllm:kv_offload_load_bytes_total"),
+            "store_bytes": x["store_bytes"] / snap.value("vllm:kv_offload_store_bytes_total"),
+            "loads": x["load_count"] / snap.value("vllm:kv_offload_load_size_count")}
 
 
 # ---------------------------------------------------------------- headroom (Recommendations)

@@ -20,35 +20,43 @@ from ..numbers import NumbersWriter
 from ..observation import read_host
 from . import analysis as A
 from . import contract
+from .logsummary import LogSummary, summarize_server_log
+from .plausible import check_plausible
 from .promtext import Snapshot, read_prometheus
-from .vllmlog import ServerLog, read_server_log
 
 
 @dataclass
 class Records:
     snap: Snapshot
-    log: ServerLog
+    log: LogSummary
     host: dict[str, Any]
     start: datetime
     end: datetime
     repairs: list[contract.Repair]
 
 
-def ingest(metrics: str | Path, log: str | Path, host: str | Path) -> Records:
-    """Parse and check the snapshot, the log and the host metadata against each other."""
+def ingest(metrics: str | Path, log: str | Path, host: str | Path, settings: dict[str, Any]) -> Records:
+    """Parse and check the snapshot, the log and the host metadata against each other.
+
+    The log is streamed (bounded memory) with the data contract on every chunk; its reports
+    may not add up to more than the counters, it must come from the counters' single server
+    run and engines, and the counters' units must give physically possible rates."""
     meta, start, end = read_host(host)
     snap = read_prometheus(metrics)
     contract.check_snapshot(snap)
     contract.check_period(snap, start)
     year = int(meta.get("observation", {}).get("log_year", start.year))
-    server = read_server_log(log, year)
-    repairs = contract.check_log(server)
-    first = server.stats["time"].min()
-    last = server.stats["time"].max()
+    interval = float(meta.get("server", {}).get("stats_interval_s", 10.0))  # vLLM's default
+    server = summarize_server_log(log, year, interval, limits=contract.counter_limits(snap))
+    contract.check_runs(server, snap)
+    contract.check_engines(server, snap)
+    check_plausible(snap, A.pool_geometry(snap, server), float(settings["min_transfer_bytes_per_s"]),
+                    float(settings["pcie_gen5_x16_bytes_per_s"]))
+    first, last = server.first_time, server.last_time
     if first < pd.Timestamp(start.replace(tzinfo=None)) - pd.Timedelta(minutes=5) or last > pd.Timestamp(end.replace(tzinfo=None)):
         raise RawRecordError(log, f"reports run from {first} to {last}, outside the observation period {start}..{end} "
                                   "(wrong log, or wrong observation.log_year)")
-    return Records(snap, server, meta, start, end, repairs)
+    return Records(snap, server, meta, start, end, server.repairs)
 
 
 def analyse(rec: Records, coldreads: str | Path, settings: dict[str, Any], headroom: str | Path,

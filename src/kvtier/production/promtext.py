@@ -79,7 +79,7 @@ class Snapshot:
         cum = buckets.groupby(edges.to_numpy())["value"].sum().sort_index()
         return Histogram(family, cum.index.to_numpy(float), cum.to_numpy(float),
                          self.value(family + "_count"), self.value(family + "_sum"),
-                         int(buckets["line"].min()))
+                         int(buckets["line"].min()), self.path)
 
     def created(self) -> float:
         """Earliest `_created` timestamp of the engine's counters: when the counters started."""
@@ -98,12 +98,16 @@ class Histogram:
     count: float
     sum: float
     line: int
+    path: str = "<metrics>"
 
     def at(self, edge: float) -> float:
         """Cumulative count at a bucket edge that must exist (no interpolation between edges)."""
         hit = np.flatnonzero(np.isclose(self.edges, edge, rtol=1e-12, atol=0))
         if hit.size == 0:
-            raise KeyError(f"{self.family} has no bucket edge le={edge:g} (edges: {', '.join(f'{e:g}' for e in self.edges)})")
+            raise RawRecordError(self.path, f"{self.family} has no bucket edge le={edge:g} (its edges: "
+                                            f"{', '.join(f'{e:g}' for e in self.edges)}); a share at {edge:g} cannot be read "
+                                            "without interpolating: set the threshold in config/config.yaml to an edge",
+                                 line=self.line)
         return float(self.cumulative[hit[0]])
 
 

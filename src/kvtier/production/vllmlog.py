@@ -6,28 +6,26 @@ stats line of 0.11 to 0.33 ("GPU"/"CPU"/device KV cache usage; Deferred, KV fetc
 External prefix cache hit rate only when present), and "KV Transfer metrics:" in both key
 generations (GPU_to_CPU_total_bytes... up to 0.21, vllm:kv_offload_* from 0.25).
 
-The file is read in large byte chunks, and no Python object is made for a line the analysis
-skips: numpy finds the newlines, a literal regex the report markers, and only report lines are
-cut out. Stats lines and transfer prefixes are checked once per digit layout (the line with its
-digits turned to '0', see _stats_columns) and their fields read column-wise with numpy; the
-transfer bodies go through one json.loads (a 'k=v, k=v' report is JSON once quoted). Where a
-bulk step cannot vouch for its input, lines are re-read one by one to name the bad one.
-Timestamps carry no year: it comes from the run's metadata, and a step from
-December to January moves to the next year. Restarts (a new "non-default args" line) open a
-new segment; the ten-second reports are per-interval deltas, so segments add up directly.
+The file is read in 8 MB chunks (logreader.LogReader), so memory stays bounded whatever its
+size, and no Python object is made for a line the analysis skips: numpy finds the newlines and the report
+markers (each begins with the ']' closing a record prefix), and only report lines are cut out.
+Stats lines and transfer prefixes are checked once per digit layout (the line with its digits
+turned to '0', see _stats_columns) and their fields read column-wise with numpy; the transfer
+bodies go through pandas' C CSV reader (one 'key,value' row per item). Where a bulk step
+cannot vouch for its input, lines are re-read one by one to name the bad one. Timestamps carry
+no year: it comes from the run's metadata, and a step from December to January moves to the
+next year. Restarts (a new "non-default args" line) open a new segment; whether a log with
+several may be analysed against one snapshot is for the data contract (contract.check_runs).
 """
 
 from __future__ import annotations
 
 import ast
-import itertools
-import json
+import csv
+import io
 import math
-import os
 import re
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -170,30 +168,32 @@ def _facts(message: str, path: str, line: int) -> dict[str, Any]:
     raise RawRecordError(path, "startup line not in a known format (truncated?)", line=line, record=message)
 
 
-def _times(ts: np.ndarray, lines: np.ndarray, year: int, path: str) -> np.ndarray:
+def _times(ts: np.ndarray, lines: np.ndarray, year: int, path: str,
+           carry: tuple[int, int] = (0, 0)) -> tuple[np.ndarray, tuple[int, int]]:
     """'MM-DD HH:MM:SS' (bytes, checked by the line regexes) -> datetime64[s], the year from
-    metadata; December -> January rolls over. Computed from the digits with numpy; a date that
-    arithmetic cannot vouch for (month 13, 02-30, second 60) goes to pandas, which names the line."""
+    metadata; December -> January rolls over (`carry`: the years rolled so far and the month of
+    the previous line, so ranges continue where the last one stopped). Computed from the digits
+    with numpy; a date that arithmetic cannot vouch for (month 13, 02-30, second 60) goes to
+    pandas, which names the line."""
     if not len(ts):
-        return np.array([], dtype="datetime64[s]")
+        return np.array([], dtype="datetime64[s]"), carry
     d = np.ascontiguousarray(ts, dtype="S14").view(np.uint8).reshape(-1, 14).astype(np.int64) - 48
     month, day, hour, minute, second = (d[:, i] * 10 + d[:, i + 1] for i in (0, 3, 6, 9, 12))
-    roll = np.concatenate([[0], np.cumsum((month[:-1] == 12) & (month[1:] == 1))])
+    prev = np.concatenate([[carry[1]], month[:-1]])
+    roll = carry[0] + np.cumsum((prev == 12) & (month == 1))
+    after = (int(roll[-1]), int(month[-1]))
     first = ((year + roll - 1970) * 12 + month - 1).astype("datetime64[M]").astype("datetime64[D]")
     days = (((year + roll - 1970) * 12 + month).astype("datetime64[M]").astype("datetime64[D]") - first).astype(np.int64)
     ok = (month >= 1) & (month <= 12) & (day >= 1) & (day <= days) & (hour < 24) & (minute < 60) & (second < 60)
     if not ok.all():
-        return _times_by_pandas([t.decode("ascii", "replace") for t in ts.tolist()], lines, year, path)
-    return (first + (day - 1)).astype("datetime64[s]") + (hour * 3600 + minute * 60 + second)
+        return _times_by_pandas([t.decode("ascii", "replace") for t in ts.tolist()], lines, year + roll, path), after
+    return (first + (day - 1)).astype("datetime64[s]") + (hour * 3600 + minute * 60 + second), after
 
 
-def _times_by_pandas(ts: list[str], lines: np.ndarray, year: int, path: str) -> np.ndarray:
+def _times_by_pandas(ts: list[str], lines: np.ndarray, years: np.ndarray, path: str) -> np.ndarray:
     """The reference conversion: pandas parses each 'YYYY-MM-DD HH:MM:SS' and names a bad one."""
     text = pd.Series(ts)
-    months = pd.to_numeric(text.str[:2], errors="coerce").to_numpy()
-    roll = np.concatenate([[0], np.cumsum((months[:-1] == 12) & (months[1:] == 1))])
-    years = (year + roll).astype(str)
-    parsed = pd.to_datetime(pd.Series(years) + "-" + text, format="%Y-%m-%d %H:%M:%S", errors="coerce")
+    parsed = pd.to_datetime(pd.Series(years.astype(str)) + "-" + text, format="%Y-%m-%d %H:%M:%S", errors="coerce")
     bad = parsed.isna().to_numpy()
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -201,75 +201,32 @@ def _times_by_pandas(ts: list[str], lines: np.ndarray, year: int, path: str) -> 
     return parsed.to_numpy().astype("datetime64[s]")
 
 
-CHUNK = 1 << 26          # bytes a worker parses at once
-PARALLEL_FROM = 1 << 28  # files this large are parsed by a process pool, one chunk per task
-
-
-def _spans(path: Path, size: int | None = None) -> list[tuple[int, int]]:
-    """Byte ranges of about `size` that end at a newline (the last one at the end of file)."""
-    size = size or CHUNK
-    total = path.stat().st_size
-    spans, start = [], 0
-    with open(path, "rb") as f:
-        while start < total:
-            end = start + size
-            if end >= total:
-                spans.append((start, total))
-                break
-            f.seek(end)
-            while True:
-                block = f.read(1 << 16)
-                cut = block.find(b"\n")
-                if cut >= 0 or not block:
-                    end += cut + 1 if cut >= 0 else len(block)
-                    break
-                end += len(block)
-            spans.append((start, end))
-            start = end
-    return spans
-
-
-class _ChunkError(Exception):
-    """A RawRecordError raised inside a chunk, with the line counted from the chunk's start."""
-
-    def __init__(self, line: int | None, message: str, record: str | None):
-        super().__init__(line, message, record)
-        self.line, self.message, self.record = line, message, record
-
-
-def _parse_span(path: str, start: int, end: int) -> dict[str, Any]:
-    """Parse one byte range; line numbers are local (1 = the range's first line).
-
-    Returns numpy columns, cheap to send back from a worker process (see _parse_chunk).
-    """
-    with open(path, "rb") as f:
-        f.seek(start)
-        chunk = f.read(end - start)
-    try:
-        return _parse_chunk(chunk, path)
-    except RawRecordError as e:
-        raise _ChunkError(e.line, str(e).split(": ", 1)[1].split("\n    ")[0], e.record) from None
-
-
 def _parse_chunk(chunk: bytes, path: str) -> dict[str, Any]:
     """One chunk in bulk, with no Python object for the lines the analysis skips.
 
-    Newlines are found by numpy, the report lines by one C-level split per marker; only those
-    lines are cut out. Stats lines and transfer prefixes are checked once per digit layout
-    (_stats_columns, _transfer_columns); transfer bodies go through one json.loads.
+    Newlines and report markers are found by numpy (a marker always begins with the ']' that
+    closes the record prefix: those are the only candidates); only report lines are cut out. Stats lines and transfer prefixes are checked once per digit layout
+    (_stats_columns, _transfer_columns); transfer bodies go through one CSV read (_transfer_bulk).
     """
     if b"\x1b" in chunk:
         chunk = ANSI.sub(b"", chunk)
     if b"\r" in chunk:
         chunk = chunk.replace(b"\r\n", b"\n")
-    nl = np.flatnonzero(np.frombuffer(chunk, dtype=np.uint8) == 10)
+    a = np.frombuffer(chunk, dtype=np.uint8)
+    nl = np.flatnonzero(a == 10)
     starts = np.concatenate([np.zeros(1, np.int64), nl + 1])  # line i is chunk[starts[i]:ends[i]]
     ends = np.append(nl, len(chunk))
-    s_idx = _marker_lines(chunk, b"] Engine ", nl)[0]
-    if b" Engines Aggregated: " in chunk:
-        s_idx = np.union1d(s_idx, _marker_lines(chunk, b" Engines Aggregated: ", nl)[0])
-    x_idx, x_at = _marker_lines(chunk, XFER_MARKER, nl)
-    out: dict[str, Any] = {"n_lines": len(nl) + (0 if chunk.endswith(b"\n") else 1), "bytes": len(chunk)}
+    close = np.flatnonzero(a == 93)  # ']': every report marker starts with the one closing the prefix
+    s_idx = _lines_of(_followed_by(a, close, b"] Engine "), nl)[0]
+    spaced = _followed_by(a, close, b"] ")
+    spaced = spaced[spaced + 2 < len(a)]
+    spaced = spaced[(a[spaced + 2] - 48) < 10]  # '] 2 Engines Aggregated': a digit after '] ' (rare otherwise)
+    agg = [c for c in spaced.tolist() if AGGREGATED.match(chunk, c)]
+    if agg:
+        s_idx = np.union1d(s_idx, _lines_of(np.array(agg, np.int64), nl)[0])
+    x_idx, x_at = _lines_of(_followed_by(a, close, XFER_MARKER), nl)
+    out: dict[str, Any] = {"n_lines": len(nl) + (0 if chunk.endswith(b"\n") else 1), "bytes": len(chunk),
+                           "last_byte": chunk[-1:]}
     out["stats_line"] = s_idx + 1
     stats = _stats_columns(_cut(chunk, starts, ends, s_idx), s_idx + 1, path)
     out.update({"stats_" + k: v for k, v in stats.items()})
@@ -277,15 +234,30 @@ def _parse_chunk(chunk: bytes, path: str) -> dict[str, Any]:
     xfer, gens = _transfer_columns(chunk, starts[x_idx], x_at, ends[x_idx], x_idx + 1, path)
     out["xfer_gens"] = gens
     out.update({"xfer_" + k: v for k, v in xfer.items()})
-    out["facts"] = _fact_lines(chunk, nl)
+    first_report = min([int(starts[idx[0]]) for idx in (s_idx, x_idx) if len(idx)], default=len(chunk))
+    args_at = _followed_by(a, close, b"] " + FACT_MARKERS[0]) + 2  # a restart: its args right after the prefix
+    out["facts"] = _fact_lines(chunk, nl, first_report, args_at.tolist())
     return out
 
 
-def _marker_lines(chunk: bytes, marker: bytes, nl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """0-based numbers of the lines that hold `marker`, and where its first copy in each starts.
-    A literal regex finds the copies at memchr-like speed, unlike a Python test per line; the
-    line of each comes from the newline offsets (a marker holds no newline)."""
-    offsets = np.fromiter((m.start() for m in re.finditer(re.escape(marker), chunk)), np.int64)
+AGGREGATED = re.compile(rb"\] \d+ Engines Aggregated: ")
+
+
+def _followed_by(a: np.ndarray, at: np.ndarray, text: bytes) -> np.ndarray:
+    """The offsets in `at` where the chunk (as uint8 `a`) holds `text`: one byte compared at a
+    time over the candidates still left, so the cost is about one pass over the candidates
+    (a regex or split over the chunk made a Python object per hit)."""
+    keep = at[at + len(text) <= len(a)]
+    for i, byte in enumerate(text):
+        if not len(keep):
+            break
+        keep = keep[a[keep + i] == byte]
+    return keep
+
+
+def _lines_of(offsets: np.ndarray, nl: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """0-based numbers of the lines that hold the hits at `offsets` (sorted), and the first hit
+    in each; the line of each comes from the newline offsets (a marker holds no newline)."""
     lines, first = np.unique(np.searchsorted(nl, offsets), return_index=True)
     return lines, offsets[first]
 
@@ -299,7 +271,7 @@ def _cut(chunk: bytes, starts: np.ndarray, ends: np.ndarray, idx: np.ndarray | N
 
 ZERO_DIGITS = bytes.maketrans(b"0123456789", b"0000000000")
 STATS_LINE_B = re.compile(STATS_LINE.pattern.encode(), re.M)  # bytes: \d is ASCII only
-STATS_NUMERIC = ["pid", *STATS_COLUMNS]
+STATS_NUMERIC = ["pid", "engine", "engines", *STATS_COLUMNS]
 MAX_LAYOUTS = 4096  # more distinct layouts than this per chunk: the regex over every line is cheaper
 
 
@@ -396,7 +368,6 @@ def _raise_stats_error(lines: list[bytes], numbers: np.ndarray, path: str) -> No
     raise AssertionError("stats lines matched one by one but not together")
 
 
-NOT_A_JSON_NUMBER = re.compile(rb'":(?:[^-0-9]|-[^0-9])')  # null, true, "x", NaN, Infinity, [..], a space
 
 
 def _transfer_columns(chunk: bytes, starts: np.ndarray, at: np.ndarray, ends: np.ndarray, numbers: np.ndarray,
@@ -445,32 +416,56 @@ def _transfer_times(prefixes: list[bytes]) -> np.ndarray | None:
     return ts
 
 
-def _transfer_bulk(bodies: tuple[bytes, ...]) -> tuple[dict[str, np.ndarray], set[str]] | None:
-    """The report bodies as columns through one json.loads, or None where JSON might read a body
-    otherwise than parse_transfer (then the caller goes line by line)."""
-    text = b'[{"' + b'},{"'.join(bodies).replace(b"=", b'":').replace(b", ", b',"') + b'}]'
-    if b"\\" in text or NOT_A_JSON_NUMBER.search(text):
+def _transfer_bulk(bodies: list[bytes]) -> tuple[dict[str, np.ndarray], set[str]] | None:
+    """The report bodies as columns through pandas' C CSV reader, one `key,value` row per item,
+    or None where it might read a body otherwise than parse_transfer (then the caller goes line
+    by line): a row without its two fields, a value that is not a finite number, a key outside
+    both vocabularies (other vllm: series are skipped, as parse_transfer skips them), a key twice
+    in one report, or both key generations. Its numbers equal float(text) (pandas 3's parser is
+    correctly rounded; tests/test_production_vllmlog.py compares the two)."""
+    n = len(bodies)
+    joined = b"\n".join(bodies)
+    j = np.frombuffer(joined, dtype=np.uint8)
+    items = np.bincount(np.searchsorted(np.flatnonzero(j == 10), np.flatnonzero(j == 44)), minlength=n) + 1
+    text = joined.replace(b", ", b"\n").replace(b"=", b",")
+    del j, joined
+    if b"\r" in text:
         return None
     try:
-        dicts = json.loads(text)
-    except ValueError:
+        rows = pd.read_csv(io.BytesIO(text), header=None, names=["key", "value"], index_col=False, engine="c",
+                           quoting=csv.QUOTE_NONE, na_filter=False, skip_blank_lines=False,
+                           dtype={"key": "category", "value": np.float64})  # keys coded in C
+    except (ValueError, pd.errors.ParserError):
         return None
-    keys = set().union(*dicts)
-    if any(k not in KEYS and not k.startswith("vllm:") for k in keys):
+    if len(rows) != int(items.sum()):
         return None
-    gens = {KEYS[k][1] for k in keys if k in KEYS}
-    sizes = np.fromiter(map(len, dicts), np.int64, len(dicts))
-    if len(gens) > 1 or text.count(b'":') != int(sizes.sum()):  # a key twice in one report: dict keeps one
+    values = rows["value"].to_numpy()
+    if not np.isfinite(values).all():
         return None
-    slot = {k: i for i, k in enumerate(sorted(keys))}
-    total = int(sizes.sum())
-    values = np.fromiter(itertools.chain.from_iterable(map(dict.values, dicts)), float, total)
-    where = np.fromiter(map(slot.__getitem__, itertools.chain.from_iterable(dicts)), np.int64, total)
-    table = np.full((len(slot), len(dicts)), np.nan)
-    table[where, np.repeat(np.arange(len(dicts)), sizes)] = values
-    if np.isinf(values).any():  # 1e999
+    codes = rows["key"].cat.codes.to_numpy()
+    keys = rows["key"].cat.categories
+    body = np.repeat(np.arange(n), items)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(len(keys) + 1))
+    columns: dict[str, np.ndarray] = {}
+    gens: set[str] = set()
+    for u, key in enumerate(keys.tolist()):
+        hit = KEYS.get(key)
+        if hit is None:
+            if key.startswith("vllm:"):
+                continue  # other offload series (allocation sizes, read/write usage): not used
+            return None
+        at = order[bounds[u]:bounds[u + 1]]
+        where = body[at]
+        if len(where) > 1 and (np.diff(where) <= 0).any():  # a key twice in one report
+            return None
+        out = np.full(n, np.nan)
+        out[where] = values[at]
+        columns[hit[0]] = out
+        gens.add(hit[1])
+    if len(gens) > 1:
         return None
-    return {KEYS[k][0]: table[i] for k, i in slot.items() if k in KEYS}, gens
+    return columns, gens
 
 
 def _transfer_by_line(bodies: tuple[bytes, ...], numbers: np.ndarray, path: str) -> tuple[dict[str, np.ndarray], set[str]]:
@@ -488,20 +483,19 @@ def _transfer_by_line(bodies: tuple[bytes, ...], numbers: np.ndarray, path: str)
     return {c: np.array([r.get(c, np.nan) for r in rows], dtype=float) for c in names}, set(first)
 
 
-def _fact_lines(chunk: bytes, nl: np.ndarray) -> list[tuple[int, bytes]]:
+def _fact_lines(chunk: bytes, nl: np.ndarray, first_report: int, args_at: list[int]) -> list[tuple[int, bytes]]:
     """Startup lines (local line number, text), once per marker found. They follow a
-    "non-default args" line within a few minutes, so the other markers are only looked for in a
-    window after each of those (and at the very start of a chunk, for logs whose first run began
-    before it); overlapping windows are merged so that no byte is searched twice."""
-    windows = [(0, min(len(chunk), 1 << 20))]
-    pos = chunk.find(FACT_MARKERS[0])
-    while pos >= 0:
+    "non-default args" line within a few minutes, before the server reports any traffic, so the
+    other markers are only looked for in a window after each of those (and at the start of a
+    chunk up to its first report, for a startup block that began before the chunk, or a log whose
+    first run began before it); overlapping windows are merged so that no byte is searched twice."""
+    windows = [(0, min(len(chunk), 1 << 20, first_report))]
+    for pos in args_at:  # where each "non-default args" message starts (found by _parse_chunk)
         lo, hi = max(0, pos - 4096), min(len(chunk), pos + (1 << 20))
         if lo <= windows[-1][1]:
             windows[-1] = (windows[-1][0], max(hi, windows[-1][1]))
         else:
             windows.append((lo, hi))
-        pos = chunk.find(FACT_MARKERS[0], pos + 1)
     hits = set()
     for lo, hi in windows:
         for marker in FACT_MARKERS:
@@ -516,83 +510,6 @@ def _fact_lines(chunk: bytes, nl: np.ndarray) -> list[tuple[int, bytes]]:
     return [(i + 1, chunk[a:b]) for i, a, b in zip(idx.tolist(), starts.tolist(), ends.tolist())]
 
 
-def read_server_log(path: str | Path, year: int, workers: int | None = None) -> ServerLog:
-    """Parse a vLLM server log; every line the analysis needs is checked, the rest is skipped.
-
-    The file is cut into ~64 MB ranges at line ends. A large file's ranges are parsed by a
-    process pool (`workers` processes, default: the CPUs this process may use); the results are
-    put back in file order with their line numbers shifted to the file's.
-    """
-    path = Path(path)
-    p = str(path)
-    spans = _spans(path)
-    if workers is None:
-        workers = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    use_pool = workers > 1 and len(spans) > 1 and path.stat().st_size >= PARALLEL_FROM
-    results: list[dict[str, Any]] = []
-    base = 0
-    if use_pool:
-        with ProcessPoolExecutor(max_workers=min(workers, len(spans))) as pool:
-            futures = [pool.submit(_parse_span, p, a, b) for a, b in spans]
-            for fut in futures:
-                try:
-                    results.append(fut.result())
-                except _ChunkError as e:
-                    _reraise(p, e, base)
-                base += results[-1]["n_lines"]
-    else:
-        for a, b in spans:
-            try:
-                results.append(_parse_span(p, a, b))
-            except _ChunkError as e:
-                _reraise(p, e, base)
-            base += results[-1]["n_lines"]
-    bases = np.cumsum([0] + [r["n_lines"] for r in results[:-1]])
-    gens: set[str] = set().union(*(r["xfer_gens"] for r in results)) if results else set()
-    if len(gens) > 1:
-        raise RawRecordError(p, "the log mixes KV Transfer key generations (<=0.21 and 0.25+); one server version per file")
-    facts = [(int(b) + line, text) for b, r in zip(bases, results) for line, text in r["facts"]]
-    segments = _segments(facts, p)
-    starts = np.array([s.first_line for s in segments], dtype=np.int64)
-
-    def cat(key: str, dtype: Any = float) -> np.ndarray:
-        parts = [r[key] for r in results if key in r]
-        return np.concatenate(parts) if parts else np.array([], dtype=dtype)
-
-    stats = pd.DataFrame({"line": np.concatenate([r["stats_line"] + b for b, r in zip(bases, results)])
-                          if results else np.array([], np.int64)})
-    stats["segment"] = np.clip(np.searchsorted(starts, stats["line"].to_numpy(), side="right") - 1, 0, None)
-    stats["pid"] = cat("stats_pid")
-    stats["device"] = cat("stats_device", "U8")
-    for col in STATS_COLUMNS:
-        stats[col] = cat("stats_" + col)
-    for col in ("prompt_tps", "gen_tps", "kv_usage_pct"):
-        bad = ~np.isfinite(stats[col].to_numpy(float))
-        if bad.any():
-            i = int(np.flatnonzero(bad)[0])
-            raise RawRecordError(p, f"non-finite {col} in a stats line", line=int(stats["line"].iloc[i]))
-    stats["time"] = _times(cat("stats_ts", "S14"), stats["line"].to_numpy(), year, p)
-
-    xfers = pd.DataFrame({"line": np.concatenate([r["xfer_line"] + b for b, r in zip(bases, results)])
-                          if results else np.array([], np.int64)})
-    xfers["segment"] = np.clip(np.searchsorted(starts, xfers["line"].to_numpy(), side="right") - 1, 0, None)
-    s_lines = stats["line"].to_numpy()
-    prev = np.searchsorted(s_lines, xfers["line"].to_numpy()) - 1
-    xfers["stats_line"] = s_lines[np.clip(prev, 0, None)] if len(s_lines) else -1
-    xfers.loc[prev < 0, "stats_line"] = -1
-    for name in TRANSFER_COLUMNS:
-        if any("xfer_" + name in r for r in results):
-            xfers[name] = np.concatenate([r.get("xfer_" + name, np.full(len(r["xfer_line"]), np.nan)) for r in results])
-        else:
-            xfers[name] = np.nan
-    xfers["time"] = _times(cat("xfer_ts", "S14"), xfers["line"].to_numpy(), year, p)
-    return ServerLog(p, stats, xfers, segments, gens.pop() if gens else "none", int(sum(r["bytes"] for r in results)))
-
-
-def _reraise(path: str, e: _ChunkError, base: int) -> None:
-    raise RawRecordError(path, e.message, line=None if e.line is None else e.line + base, record=e.record) from None
-
-
 def _floats(values: list[str]) -> np.ndarray:
     """Strings of a regex column to floats in one C call; an absent optional field ('') is NaN."""
     text = " ".join(values) if all(values) else " ".join(v or "nan" for v in values)
@@ -602,9 +519,9 @@ def _floats(values: list[str]) -> np.ndarray:
     return out
 
 
-def _segments(facts_found: list[tuple[int, bytes]], path: str) -> list[Segment]:
-    """Server runs: a new one starts where the version or the non-default args appear again."""
-    segments: list[Segment] = []
+def _segments(facts_found: list[tuple[int, bytes]], path: str, segments: list[Segment]) -> list[Segment]:
+    """Server runs, extended in place: a new one starts where the version or the non-default
+    args appear again (a restart)."""
     for line, raw in sorted(facts_found):
         text = raw.decode("utf-8", "replace")
         m = PREFIX.match(text)

@@ -1,0 +1,72 @@
+"""Plausibility of units: rates derived from the counters must be physically possible.
+
+Each counter can be well formed and still be in the wrong unit: load bytes in whole GB give
+51 B/s, a load time in ms gives 51 MB/s, and nothing else notices. Three kinds of bound, each
+from a physical limit rather than from the values expected:
+- bandwidth (bytes / time) of loads and stores between a floor and the host link's ceiling
+  (config: production.min_transfer_bytes_per_s, production.pcie_gen5_x16_bytes_per_s);
+- bytes per operation at least one pool block (an offload moves whole blocks), and bytes per
+  token within a factor of two of the pool geometry's: every token the pool served was loaded
+  (in whole blocks, plus a few), and no more can be stored than was computed or generated;
+- counters that measure the same thing agree: the flat 0.25+ names against the deprecated
+  `vllm:kv_offload_total_{bytes,time}_total{transfer_type=...}` that 0.25-0.33 still export.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..errors import RawRecordError
+from .analysis import PoolGeometry
+from .promtext import Snapshot
+
+PER_TOKEN_SLACK = 2.0  # block rounding and the blocks a restore moves on top; a unit slip is >= 1000x
+SAME = {("load", "bytes"): ("vllm:kv_offload_load_bytes_total", "CPU_to_GPU", "vllm:kv_offload_total_bytes_total"),
+        ("load", "time"): ("vllm:kv_offload_load_time_total", "CPU_to_GPU", "vllm:kv_offload_total_time_total"),
+        ("store", "bytes"): ("vllm:kv_offload_store_bytes_total", "GPU_to_CPU", "vllm:kv_offload_total_bytes_total"),
+        ("store", "time"): ("vllm:kv_offload_store_time_total", "GPU_to_CPU", "vllm:kv_offload_total_time_total")}
+
+
+def check_plausible(snap: Snapshot, geo: PoolGeometry, floor_bytes_per_s: float, ceiling_bytes_per_s: float) -> None:
+    """Raise naming the counter's line when a derived rate is physically impossible."""
+    by = snap.by_label("vllm:prompt_tokens_by_source_total", "source")
+    produced = float(by["local_compute"]) + snap.value("vllm:generation_tokens_total")
+    for kind in ("load", "store"):
+        b_name, t_name = f"vllm:kv_offload_{kind}_bytes_total", f"vllm:kv_offload_{kind}_time_total"
+        c_name = f"vllm:kv_offload_{kind}_size_count"
+        b, t, c = snap.value(b_name), snap.value(t_name), snap.value(c_name)
+        if b > 0 and t > 0 and not floor_bytes_per_s <= b / t <= ceiling_bytes_per_s:
+            raise RawRecordError(snap.path, f"{kind}s ran at {b / t:,.0f} B/s ({b_name} / {t_name}), outside "
+                                            f"[{floor_bytes_per_s:,.0f}, {ceiling_bytes_per_s:,.0f}] B/s, what a host link "
+                                            "can carry: a counter in another unit (GB for bytes, ms for seconds)?",
+                                 line=snap.first_line(t_name))
+        if b < c * geo.bytes_per_block * (1 - 1e-9):
+            raise RawRecordError(snap.path, f"{b_name} = {b:,.0f} B over {c:,.0f} {kind}s is less than one "
+                                            f"{geo.bytes_per_block:,}-byte pool block each: bytes in another unit?",
+                                 line=snap.first_line(b_name))
+        _same(snap, kind)
+    served = float(by["external_kv_transfer"])
+    loaded = snap.value("vllm:kv_offload_load_bytes_total")
+    if served > 0 and not 1 / PER_TOKEN_SLACK <= loaded / served / geo.bytes_per_token <= PER_TOKEN_SLACK:
+        raise RawRecordError(snap.path, f"{loaded:,.0f} B loaded for {served:,.0f} tokens served from the pool is "
+                                        f"{loaded / served:,.1f} B a token, but a pool block holds "
+                                        f"{geo.bytes_per_token:,.1f} B a token (vllm:kv_offload_config_info)",
+                             line=snap.first_line("vllm:kv_offload_load_bytes_total"))
+    stored = snap.value("vllm:kv_offload_store_bytes_total")
+    if stored > produced * geo.bytes_per_token * PER_TOKEN_SLACK:
+        raise RawRecordError(snap.path, f"{stored:,.0f} B stored is more than twice the KV of every computed and "
+                                        f"generated token ({produced:,.0f} x {geo.bytes_per_token:,.1f} B)",
+                             line=snap.first_line("vllm:kv_offload_store_bytes_total"))
+
+
+def _same(snap: Snapshot, kind: str) -> None:
+    for what in ("bytes", "time"):
+        flat, transfer_type, legacy = SAME[(kind, what)]
+        rows = snap.select(legacy, transfer_type=transfer_type)
+        if rows.empty:
+            continue  # vLLM <= 0.21 or >= 0.34: only one generation exported
+        a, b = snap.value(flat), float(rows["value"].sum())
+        if not math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-9):
+            raise RawRecordError(snap.path, f"{flat} = {a:g} but the deprecated {legacy}{{transfer_type=\"{transfer_type}\"}} "
+                                            f"= {b:g} (line {int(rows['line'].min())}); both count the same {kind}s",
+                                 line=snap.first_line(flat))
