@@ -48,6 +48,10 @@ def _jobs() -> list[tuple[str, int, int, list[tuple[Request, int]]]]:
     if moon.exists():
         w = traces.mooncake(moon, 512)
         jobs.append(("mooncake", 512, 1_500, [(r, max(int(o) - 1, 0)) for r, o in zip(w.requests[:400], w.output_tokens)]))
+    agentic = TRACES / "kv-cache-tester" / "traces_0001-0100.tgz"
+    if agentic.exists():
+        w = traces.kv_cache_tester(agentic, 64)
+        jobs.append(("kv-cache-tester", 64, 20_000, [(r, max(int(o) - 1, 0)) for r, o in zip(w.requests[:300], w.output_tokens)]))
     return jobs
 
 

@@ -41,10 +41,14 @@ def regroup(ids: list[int] | tuple[int, ...], tokens: int, base: int, target: in
 
     A target block is named by the id of the last base block it reaches into: ids are
     prefix-chained, so that id stands for the whole prefix up to there. Only full target
-    blocks are cacheable, as in vLLM.
+    blocks are cacheable, as in vLLM. A target smaller than the trace's block is refused: one
+    base id would name several target blocks (repeated ids), and a prefix shared only part-way
+    into a base block cannot be recovered from the trace.
     """
     if base <= 0 or target <= 0:
         raise ValueError("block sizes must be positive")
+    if target < base:
+        raise ValueError(f"cannot regroup {base}-token trace blocks into smaller {target}-token blocks exactly")
     full = min(tokens // target, (len(ids) * base) // target)
     last_base = [-(-((k + 1) * target) // base) - 1 for k in range(full)]
     tag = scope << SCOPE_SHIFT
