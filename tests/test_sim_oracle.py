@@ -21,8 +21,8 @@ from kvtier.workloads import traces
 REPO = Path(__file__).resolve().parent.parent
 VLLM_PY = Path(os.environ.get("KVTIER_VLLM_VENV", REPO / ".venv-vllm")) / "bin" / "python"
 TRACES = Path(os.environ.get("KVTIER_TRACES", REPO.parent / "shared" / "traces"))
-if not TRACES.exists():
-    TRACES = Path("/work/shared/traces")
+if not TRACES.exists():  # a worktree under /work/wt/: the shared folder is two levels up
+    TRACES = REPO.parent.parent / "shared" / "traces"
 
 pytestmark = [pytest.mark.vllm,
               pytest.mark.skipif(not VLLM_PY.exists(), reason=f"no vLLM venv at {VLLM_PY.parent.parent}")]

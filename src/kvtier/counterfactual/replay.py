@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 
 from ..coldread import ColdReadModel
-from ..sim import TieredCache
+from ..sim.fast import replay_flat
 from ..sim.stack import hits_by_capacity, stack_positions
 from ..workloads import Workload
 
@@ -33,17 +33,12 @@ class Config:
 
 
 def replay(w: Workload, cfg: Config) -> pd.DataFrame:
-    """Per request: tokens from GPU, from the pool, computed (one row per request, arrival order)."""
-    cache = TieredCache(cfg.gpu_blocks(w.block_tokens), w.block_tokens, cpu_chunks=cfg.pool_blocks,
-                        policy=cfg.policy, flavor="vllm")  # type: ignore[arg-type]
-    out = cache.replay(w.requests)
-    return pd.DataFrame({
-        "t": w.times,
-        "tokens": np.fromiter((o.tokens for o in out), np.int64, len(out)),
-        "gpu": np.fromiter((o.gpu_tokens for o in out), np.int64, len(out)),
-        "pool": np.fromiter((o.cpu_tokens for o in out), np.int64, len(out)),
-        "computed": np.fromiter((o.computed_tokens for o in out), np.int64, len(out)),
-    })
+    """Per request: tokens from GPU, from the pool, computed (one row per request, arrival order),
+    by the compiled replay (TieredCache's rules, flavor 'vllm')."""
+    out = replay_flat(w.flat, cfg.gpu_blocks(w.block_tokens), w.block_tokens, cpu_chunks=cfg.pool_blocks,
+                      policy=cfg.policy, flavor="vllm")
+    return pd.DataFrame({"t": w.times, "tokens": out.tokens, "gpu": out.gpu_tokens, "pool": out.cpu_tokens,
+                         "computed": out.computed_tokens})
 
 
 def summarise(per_request: pd.DataFrame, model: ColdReadModel) -> dict[str, float]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
+from ..sim.fast import Flat, flatten
 from ..sim.requests import Request
 
 SCOPE_SHIFT = 40  # local ids (< 2**40) are made global as scope << 40 | id
@@ -26,6 +28,11 @@ class Workload:
             raise ValueError("times, requests and output_tokens must have one entry per request")
         if len(self.times) and np.any(np.diff(self.times) < 0):
             raise ValueError("requests must be in arrival order")
+
+    @cached_property
+    def flat(self) -> Flat:
+        """The requests as arrays, for the compiled replay (built once per workload)."""
+        return flatten(self.requests)
 
     @property
     def prompt_tokens(self) -> np.ndarray:

@@ -1,0 +1,258 @@
+/* The simulator's replay loop compiled: the same rules as kvtier.sim.TieredCache (the readable
+ * reference; tests require equal outcomes per request), as plain loops over arrays.
+ *
+ * GPU tier: vLLM's block pool as an LRU queue of physical copies (a doubly linked list in
+ * arrays); a hash map (open addressing, linear probing) from block id to its first copy; each
+ * id's copies chained in hash-map order. CPU tier: an LRU of chunk keys, same structures.
+ * Built at install (setup: ext-modules in pyproject.toml); no numpy headers, buffers only.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int64_t i64;
+typedef int32_t i32;
+
+/* ---- hash map: i64 key -> i32 value (-1 = empty slot) ---- */
+typedef struct { i64 *keys; i32 *vals; i64 mask; i64 size; } Map;
+
+static inline uint64_t mix(uint64_t x) {
+    x += 0x9e3779b97f4a7c15ULL;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    return x ^ (x >> 31);
+}
+
+static int map_init(Map *m, i64 cap) {
+    i64 n = 16;
+    while (n < 2 * cap) n <<= 1;
+    m->keys = malloc(sizeof(i64) * n);
+    m->vals = malloc(sizeof(i32) * n);
+    if (!m->keys || !m->vals) return -1;
+    memset(m->vals, 0xff, sizeof(i32) * n);
+    m->mask = n - 1;
+    m->size = 0;
+    return 0;
+}
+
+static void map_free(Map *m) { free(m->keys); free(m->vals); }
+
+static inline i64 map_slot(const Map *m, i64 key) {
+    i64 i = (i64)(mix((uint64_t)key) & (uint64_t)m->mask);
+    while (m->vals[i] != -1 && m->keys[i] != key) i = (i + 1) & m->mask;
+    return i;
+}
+
+static inline i32 map_get(const Map *m, i64 key) { return m->vals[map_slot(m, key)]; }
+
+static int map_put(Map *m, i64 key, i32 val);
+
+static int map_grow(Map *m) {
+    Map n;
+    if (map_init(&n, (m->mask + 1)) < 0) return -1;
+    for (i64 i = 0; i <= m->mask; i++)
+        if (m->vals[i] != -1) map_put(&n, m->keys[i], m->vals[i]);
+    map_free(m);
+    *m = n;
+    return 0;
+}
+
+static int map_put(Map *m, i64 key, i32 val) {
+    if (2 * (m->size + 1) > m->mask + 1 && map_grow(m) < 0) return -1;
+    i64 i = map_slot(m, key);
+    if (m->vals[i] == -1) m->size++;
+    m->keys[i] = key;
+    m->vals[i] = val;
+    return 0;
+}
+
+static void map_del(Map *m, i64 key) {  /* backward-shift deletion */
+    i64 i = map_slot(m, key);
+    if (m->vals[i] == -1) return;
+    i64 j = i;
+    for (;;) {
+        j = (j + 1) & m->mask;
+        if (m->vals[j] == -1) break;
+        i64 k = (i64)(mix((uint64_t)m->keys[j]) & (uint64_t)m->mask);
+        if ((j > i && (k <= i || k > j)) || (j < i && (k <= i && k > j))) {
+            m->keys[i] = m->keys[j];
+            m->vals[i] = m->vals[j];
+            i = j;
+        }
+    }
+    m->vals[i] = -1;
+    m->size--;
+}
+
+/* ---- LRU list in arrays: node 0 is the sentinel (front = next[0], back = prev[0]) ---- */
+typedef struct { i32 *prev, *next, *chain; i64 *key; char *real; i32 cap, used, free_head; i64 len; } List;
+
+static int list_init(List *l, i32 cap) {
+    l->cap = cap < 16 ? 16 : cap;
+    l->prev = malloc(sizeof(i32) * l->cap); l->next = malloc(sizeof(i32) * l->cap);
+    l->chain = malloc(sizeof(i32) * l->cap); l->key = malloc(sizeof(i64) * l->cap);
+    l->real = malloc(l->cap);
+    if (!l->prev || !l->next || !l->chain || !l->key || !l->real) return -1;
+    l->prev[0] = l->next[0] = 0;
+    l->used = 1; l->free_head = -1; l->len = 0;
+    return 0;
+}
+
+static void list_free(List *l) { free(l->prev); free(l->next); free(l->chain); free(l->key); free(l->real); }
+
+static i32 list_new(List *l, i64 key, char real) {
+    i32 x;
+    if (l->free_head >= 0) { x = l->free_head; l->free_head = l->next[x]; }
+    else {
+        if (l->used == l->cap) {
+            i32 c = l->cap * 2;
+            l->prev = realloc(l->prev, sizeof(i32) * c); l->next = realloc(l->next, sizeof(i32) * c);
+            l->chain = realloc(l->chain, sizeof(i32) * c); l->key = realloc(l->key, sizeof(i64) * c);
+            l->real = realloc(l->real, c);
+            if (!l->prev || !l->next || !l->chain || !l->key || !l->real) return -1;
+            l->cap = c;
+        }
+        x = l->used++;
+    }
+    l->key[x] = key; l->real[x] = real; l->chain[x] = -1;
+    i32 b = l->prev[0];  /* append at the back */
+    l->prev[x] = b; l->next[x] = 0; l->next[b] = x; l->prev[0] = x;
+    l->len++;
+    return x;
+}
+
+static inline void list_unlink(List *l, i32 x) {
+    l->next[l->prev[x]] = l->next[x];
+    l->prev[l->next[x]] = l->prev[x];
+}
+
+static inline void list_to_back(List *l, i32 x) {
+    list_unlink(l, x);
+    i32 b = l->prev[0];
+    l->prev[x] = b; l->next[x] = 0; l->next[b] = x; l->prev[0] = x;
+}
+
+static inline void list_release(List *l, i32 x) {
+    list_unlink(l, x);
+    l->next[x] = l->free_head; l->free_head = x;
+    l->len--;
+}
+
+/* ---- the CPU tier ---- */
+typedef struct { List l; Map m; i64 cap; } Cpu;
+
+static int cpu_touch_in_order(Cpu *c, i64 key) {  /* move or insert; trimming is the caller's */
+    i32 x = map_get(&c->m, key);
+    if (x >= 0) { list_to_back(&c->l, x); return 0; }
+    x = list_new(&c->l, key, 1);
+    if (x < 0) return -1;
+    return map_put(&c->m, key, x);
+}
+
+static void cpu_trim(Cpu *c) {
+    while (c->l.len > c->cap) {
+        i32 x = c->l.next[0];
+        map_del(&c->m, c->l.key[x]);
+        list_release(&c->l, x);
+    }
+}
+
+static PyObject *replay(PyObject *self, PyObject *args) {
+    Py_buffer ids_b, off_b, maxhit_b, scratch_b, unique_b, g_b, loaded_b, chunks_b;
+    long long gpu_cap, cpu_cap, k;
+    int soe, vllm_flavor, unhashed_first;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*LLLpppw*w*w*", &ids_b, &off_b, &maxhit_b, &scratch_b, &unique_b,
+                          &gpu_cap, &cpu_cap, &k, &soe, &vllm_flavor, &unhashed_first, &g_b, &loaded_b, &chunks_b))
+        return NULL;
+    const i64 *ids = ids_b.buf, *off = off_b.buf, *max_hit = maxhit_b.buf, *scratch = scratch_b.buf, *unique = unique_b.buf;
+    i64 *out_g = g_b.buf, *out_loaded = loaded_b.buf, *out_chunks = chunks_b.buf;
+    i64 R = (i64)(off_b.len / sizeof(i64)) - 1;
+    int err = 0, has_cpu = cpu_cap >= 0;
+    List q; Map first; Cpu cpu; Map ends;
+    memset(&cpu, 0, sizeof cpu);
+    err |= list_init(&q, (i32)(gpu_cap + 64)) | map_init(&first, gpu_cap + 64) | map_init(&ends, 64);
+    if (has_cpu) { err |= list_init(&cpu.l, (i32)(cpu_cap + 64)) | map_init(&cpu.m, cpu_cap + 64); cpu.cap = cpu_cap; }
+    Py_BEGIN_ALLOW_THREADS
+    for (i64 r = 0; r < R && !err; r++) {
+        const i64 *b = ids + off[r];
+        i64 n = off[r + 1] - off[r], mh = max_hit[r], lim = mh < n ? mh : n, g = 0, loaded = 0, chunks = 0;
+        while (g < lim && map_get(&first, b[g]) >= 0) g++;
+        if (has_cpu) {
+            i64 m = n / k;  /* chunk j is named by block (j + 1) k - 1 */
+            if (g < mh) {
+                i64 start = vllm_flavor ? g / k : 0, c = 0;
+                while (start + c < m && map_get(&cpu.m, b[(start + c + 1) * k - 1]) >= 0) c++;
+                for (i64 j = start + c - 1; j >= start; j--)  /* hits refreshed last to first */
+                    list_to_back(&cpu.l, map_get(&cpu.m, b[(j + 1) * k - 1]));
+                if (c) {
+                    i64 reach = (start + c) * k < mh ? (start + c) * k : mh;
+                    if (reach > g) { loaded = reach - g; chunks = vllm_flavor ? c : c - g / k; }
+                }
+                if (!soe) {  /* write-through: lmcache puts the absent chunks, vllm touches the rest in order */
+                    for (i64 j = start + c; j < m && !err; j++) {
+                        i64 key = b[(j + 1) * k - 1];
+                        if (vllm_flavor || map_get(&cpu.m, key) < 0) err |= cpu_touch_in_order(&cpu, key);
+                    }
+                    cpu_trim(&cpu);
+                }
+            }
+            if (soe) for (i64 j = 0; j < m && !err; j++) err |= map_put(&ends, b[(j + 1) * k - 1], 1);
+        }
+        /* release: fresh copies (the partial block when it joins the LRU, generated blocks, the
+         * computed blocks last to first), then the hit blocks' first copies, last to first */
+        i64 fresh_unique = unique[r] + (unhashed_first ? 0 : scratch[r]);
+        for (i64 j = 0; j < fresh_unique && !err; j++) err |= list_new(&q, 0, 0) < 0;
+        for (i64 j = n - 1; j >= g && !err; j--) {
+            i32 x = list_new(&q, b[j], 1);
+            if (x < 0) { err = 1; break; }
+            i32 h = map_get(&first, b[j]);
+            if (h < 0) err |= map_put(&first, b[j], x);
+            else { while (q.chain[h] >= 0) h = q.chain[h]; q.chain[h] = x; }
+        }
+        for (i64 j = g - 1; j >= 0; j--) list_to_back(&q, map_get(&first, b[j]));
+        i64 limit = gpu_cap - (unhashed_first ? scratch[r] : 0);
+        if (limit < 0) limit = 0;
+        while (q.len > limit && !err) {
+            i32 x = q.next[0];
+            if (q.real[x]) {
+                i64 id = q.key[x];
+                i32 h = map_get(&first, id);
+                if (h == x) {
+                    if (q.chain[x] >= 0) err |= map_put(&first, id, q.chain[x]);
+                    else {
+                        map_del(&first, id);
+                        if (has_cpu && soe && map_get(&ends, id) >= 0) {  /* its last copy: store the chunk */
+                            map_del(&ends, id);
+                            err |= cpu_touch_in_order(&cpu, id);
+                            cpu_trim(&cpu);
+                        }
+                    }
+                } else {
+                    while (q.chain[h] != x) h = q.chain[h];
+                    q.chain[h] = q.chain[x];
+                }
+            }
+            list_release(&q, x);
+        }
+        out_g[r] = g; out_loaded[r] = loaded; out_chunks[r] = chunks;
+    }
+    Py_END_ALLOW_THREADS
+    list_free(&q); map_free(&first); map_free(&ends);
+    if (has_cpu) { list_free(&cpu.l); map_free(&cpu.m); }
+    PyBuffer_Release(&ids_b); PyBuffer_Release(&off_b); PyBuffer_Release(&maxhit_b); PyBuffer_Release(&scratch_b);
+    PyBuffer_Release(&unique_b); PyBuffer_Release(&g_b); PyBuffer_Release(&loaded_b); PyBuffer_Release(&chunks_b);
+    if (err) return PyErr_NoMemory();
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"replay", replay, METH_VARARGS, "replay(ids, offsets, max_hit, scratch, unique, gpu_cap, cpu_cap, k, "
+     "store_on_evict, vllm_flavor, unhashed_first, out_gpu_blocks, out_loaded, out_chunks)"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_core", "Compiled replay loop of kvtier.sim", -1, methods};
+
+PyMODINIT_FUNC PyInit__core(void) { return PyModule_Create(&module); }
