@@ -74,3 +74,44 @@ def test_lmcache_put_skips_present_chunks() -> None:
     assert cache.access(a).cpu_tokens == 0
     assert cache.cpu.resident() == [3, 8, 9, 1]  # type: ignore[union-attr]
     assert cache.access(_r((8,), 100, 1, scratch=0)).cpu_tokens == 100
+
+
+def _doc(n: int, base: int = 0) -> tuple[int, ...]:
+    return tuple(range(base, base + n))
+
+
+def test_native_load_needs_a_chunks_worth_of_tokens() -> None:
+    # chunks of 4 blocks. The CPU holds chunks 0 and 1 of a 12-block document; the GPU its first
+    # 7 blocks. The lookup starts at chunk 1 (block 7 is in it) and hits it: 8 - 7 = 1 block,
+    # less than a chunk -> vLLM loads nothing (the simulator used to load that block).
+    cache = TieredCache(7, 16, cpu_chunks=2, chunk_blocks=4, flavor="vllm")
+    cache.cpu.touch_in_order([3, 7])  # type: ignore[union-attr]  # chunk keys: blocks 3 and 7
+    cache.gpu.release(list(reversed(range(7))), ())
+    out = cache.access(Request(_doc(12), 200, max_hit=12))
+    assert (out.gpu_blocks, out.cpu_tokens) == (7, 0)
+    # with the GPU holding 4 blocks the lookup starts at chunk 1, hits it, and loads a whole chunk
+    cache = TieredCache(4, 16, cpu_chunks=2, chunk_blocks=4, flavor="vllm")
+    cache.cpu.touch_in_order([3, 7])  # type: ignore[union-attr]
+    cache.gpu.release(list(reversed(range(4))), ())
+    out = cache.access(Request(_doc(12), 200, max_hit=12))
+    assert (out.gpu_blocks, out.cpu_tokens, out.cpu_chunks) == (4, 64, 1)
+
+
+def test_native_stores_from_chunk_zero_when_nothing_is_loaded() -> None:
+    # CPU of 3 one-block chunks. A = (1, 2, 3) is stored; B = (7, 8, 9) evicts it. A again hits
+    # its 2 capped blocks on the GPU and loads nothing, so vLLM offers all of A's chunks: 1, 2, 3
+    # are stored again (7, 8, 9 evicted), the head most recent. (A full GPU hit used to leave the
+    # CPU tier alone.) A partial last chunk is never stored: 48 tokens = 3 full blocks, 3 chunks.
+    cache = TieredCache(10, 16, cpu_chunks=3, flavor="vllm")
+    a, b = _r(_doc(3, 1), 48, 2), _r(_doc(3, 7), 48, 2)
+    cache.replay([a, b])
+    assert cache.cpu.resident() == [9, 8, 7]  # type: ignore[union-attr]
+    assert cache.access(a).gpu_blocks == 2
+    assert cache.cpu.resident() == [3, 2, 1]  # type: ignore[union-attr]
+
+
+def test_native_store_is_all_or_nothing() -> None:
+    # 3 chunks offered to a CPU tier of 2: vLLM's prepare_store cannot evict enough and stores none
+    cache = TieredCache(10, 16, cpu_chunks=2, flavor="vllm")
+    cache.access(_r(_doc(3, 1), 50, 3))
+    assert cache.cpu.resident() == []  # type: ignore[union-attr]

@@ -87,20 +87,20 @@ static void map_del(Map *m, i64 key) {  /* backward-shift deletion */
 }
 
 /* ---- LRU list in arrays: node 0 is the sentinel (front = next[0], back = prev[0]) ---- */
-typedef struct { i32 *prev, *next, *chain; i64 *key; char *real; i32 cap, used, free_head; i64 len; } List;
+typedef struct { i32 *prev, *next, *chain; i64 *key, *stamp; char *real; i32 cap, used, free_head; i64 len; } List;
 
 static int list_init(List *l, i32 cap) {
     l->cap = cap < 16 ? 16 : cap;
     l->prev = malloc(sizeof(i32) * l->cap); l->next = malloc(sizeof(i32) * l->cap);
     l->chain = malloc(sizeof(i32) * l->cap); l->key = malloc(sizeof(i64) * l->cap);
-    l->real = malloc(l->cap);
-    if (!l->prev || !l->next || !l->chain || !l->key || !l->real) return -1;
+    l->real = malloc(l->cap); l->stamp = malloc(sizeof(i64) * l->cap);
+    if (!l->prev || !l->next || !l->chain || !l->key || !l->real || !l->stamp) return -1;
     l->prev[0] = l->next[0] = 0;
     l->used = 1; l->free_head = -1; l->len = 0;
     return 0;
 }
 
-static void list_free(List *l) { free(l->prev); free(l->next); free(l->chain); free(l->key); free(l->real); }
+static void list_free(List *l) { free(l->prev); free(l->next); free(l->chain); free(l->key); free(l->real); free(l->stamp); }
 
 static i32 list_new(List *l, i64 key, char real) {
     i32 x;
@@ -110,13 +110,13 @@ static i32 list_new(List *l, i64 key, char real) {
             i32 c = l->cap * 2;
             l->prev = realloc(l->prev, sizeof(i32) * c); l->next = realloc(l->next, sizeof(i32) * c);
             l->chain = realloc(l->chain, sizeof(i32) * c); l->key = realloc(l->key, sizeof(i64) * c);
-            l->real = realloc(l->real, c);
-            if (!l->prev || !l->next || !l->chain || !l->key || !l->real) return -1;
+            l->real = realloc(l->real, c); l->stamp = realloc(l->stamp, sizeof(i64) * c);
+            if (!l->prev || !l->next || !l->chain || !l->key || !l->real || !l->stamp) return -1;
             l->cap = c;
         }
         x = l->used++;
     }
-    l->key[x] = key; l->real[x] = real; l->chain[x] = -1;
+    l->key[x] = key; l->real[x] = real; l->chain[x] = -1; l->stamp[x] = 0;
     i32 b = l->prev[0];  /* append at the back */
     l->prev[x] = b; l->next[x] = 0; l->next[b] = x; l->prev[0] = x;
     l->len++;
@@ -181,24 +181,54 @@ static PyObject *replay(PyObject *self, PyObject *args) {
         while (g < lim && map_get(&first, b[g]) >= 0) g++;
         if (has_cpu) {
             i64 m = n / k;  /* chunk j is named by block (j + 1) k - 1 */
-            if (g < mh) {
-                i64 start = vllm_flavor ? g / k : 0, c = 0;
-                while (start + c < m && map_get(&cpu.m, b[(start + c + 1) * k - 1]) >= 0) c++;
-                for (i64 j = start + c - 1; j >= start; j--)  /* hits refreshed last to first */
-                    list_to_back(&cpu.l, map_get(&cpu.m, b[(j + 1) * k - 1]));
-                if (c) {
-                    i64 reach = (start + c) * k < mh ? (start + c) * k : mh;
-                    if (reach > g) { loaded = reach - g; chunks = vllm_flavor ? c : c - g / k; }
-                }
-                if (!soe) {  /* write-through: lmcache puts the absent chunks, vllm touches the rest in order */
-                    for (i64 j = start + c; j < m && !err; j++) {
-                        i64 key = b[(j + 1) * k - 1];
-                        if (vllm_flavor || map_get(&cpu.m, key) < 0) err |= cpu_touch_in_order(&cpu, key);
+#define KEY(j) b[((j) + 1) * k - 1]
+            if (vllm_flavor) {  /* vLLM 0.32 native offloading: see TieredCache._native */
+                i64 start = g / k, c = 0, lo, hi;
+                while (start + c < m && map_get(&cpu.m, KEY(start + c)) >= 0) c++;
+                if (c && (start + c) * k - g >= k) { loaded = (start + c) * k - g; chunks = c; }
+                lo = start; hi = loaded ? start + c : start;
+                if (!soe) {
+                    i64 from = loaded ? start + c : 0, absent = 0;
+                    for (i64 j = from; j < m; j++) absent += map_get(&cpu.m, KEY(j)) < 0;
+                    i64 present = (m - from) - absent, need = cpu.l.len + absent - cpu.cap;
+                    if (absent && need <= cpu.l.len - present) {
+                        if (need > 0) {  /* evict the least recent chunks not offered */
+                            for (i64 j = from; j < m; j++) {
+                                i32 x = map_get(&cpu.m, KEY(j));
+                                if (x >= 0) cpu.l.stamp[x] = r + 1;
+                            }
+                            i32 x = cpu.l.next[0];
+                            while (need > 0) {
+                                i32 nx = cpu.l.next[x];
+                                if (cpu.l.stamp[x] != r + 1) { map_del(&cpu.m, cpu.l.key[x]); list_release(&cpu.l, x); need--; }
+                                x = nx;
+                            }
+                        }
+                        for (i64 j = from; j < m && !err; j++)
+                            if (map_get(&cpu.m, KEY(j)) < 0) err |= cpu_touch_in_order(&cpu, KEY(j));
                     }
+                    lo = loaded ? start : 0; hi = m;
+                }
+                for (i64 j = hi - 1; j >= lo; j--) {  /* at the end: re-ranked tail first, head most recent */
+                    i32 x = map_get(&cpu.m, KEY(j));
+                    if (x >= 0) list_to_back(&cpu.l, x);
+                }
+            } else if (g < mh) {  /* LMCache, on a GPU miss only */
+                i64 c = 0;
+                while (c < m && map_get(&cpu.m, KEY(c)) >= 0) c++;
+                for (i64 j = c - 1; j >= 0; j--) list_to_back(&cpu.l, map_get(&cpu.m, KEY(j)));  /* touch_cache */
+                if (c) {
+                    i64 reach = c * k < mh ? c * k : mh;
+                    if (reach > g) { loaded = reach - g; chunks = c - g / k; }
+                }
+                if (!soe) {  /* puts of the absent chunks */
+                    for (i64 j = c; j < m && !err; j++)
+                        if (map_get(&cpu.m, KEY(j)) < 0) err |= cpu_touch_in_order(&cpu, KEY(j));
                     cpu_trim(&cpu);
                 }
             }
-            if (soe) for (i64 j = 0; j < m && !err; j++) err |= map_put(&ends, b[(j + 1) * k - 1], 1);
+            if (soe) for (i64 j = 0; j < m && !err; j++) err |= map_put(&ends, KEY(j), 1);
+#undef KEY
         }
         /* release: fresh copies (the partial block when it joins the LRU, generated blocks, the
          * computed blocks last to first), then the hit blocks' first copies, last to first */

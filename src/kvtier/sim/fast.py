@@ -94,7 +94,9 @@ def replay_flat(flat: Flat, gpu_blocks: int, block_tokens: int, *, cpu_chunks: i
     _core.replay(c(flat.ids), c(flat.offsets), c(flat.max_hit), c(flat.scratch), c(flat.unique), int(gpu_blocks),
                  -1 if cpu_chunks is None else int(cpu_chunks), int(chunk_blocks), policy == "store_on_evict",
                  flavor == "vllm", bool(unhashed_first), g, loaded, chunks)
-    hit = np.minimum((g + loaded) * block_tokens, flat.tokens)
+    # a native load that reaches the prompt's end leaves its last token to compute (as TieredCache)
+    cap = flat.tokens - ((loaded > 0) & (flavor == "vllm"))
+    hit = np.minimum((g + loaded) * block_tokens, cap)
     gpu_tokens = np.minimum(g * block_tokens, flat.tokens)
     return Columns(flat.tokens, g, gpu_tokens, hit - gpu_tokens, flat.tokens - hit, chunks)
 

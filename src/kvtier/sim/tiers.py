@@ -61,10 +61,10 @@ class TieredCache:
                   prompt; the leading hits are refreshed last to first (`touch_cache` walks
                   the request's hit keys in reverse, so the head ends most recent); a put
                   skips keys already present, which are not refreshed.
-                  'vllm': vLLM's native OffloadingConnector: from the first chunk the GPU
-                  does not hold (its scheduler looks up from the locally computed tokens on);
-                  hits are touched in reverse, so a prefix's head is the most recent (its LRU
-                  manager's touch), and stored chunks are appended in prompt order.
+                  'vllm': vLLM 0.32's native offloading, looked up and stored for every
+                  request (see `_native`): from the chunk of the first token the GPU lacks,
+                  loads of at least one chunk, stores of the prompt's full chunks, and at the
+                  request's end its chunks re-ranked so a prefix's head is the most recent.
     unhashed_first: vLLM >= 0.24 frees a request's unhashed partial block to the front of the
                   free queue; False models 0.17-0.23, which append it (`frees_unhashed_first`).
     """
@@ -93,28 +93,53 @@ class TieredCache:
         self._unique -= n
         return list(range(first, first - n, -1))
 
-    def _cpu_lookup(self, keys: tuple[int, ...], g: int, max_hit: int) -> tuple[int, int, tuple[int, ...]]:
-        """The CPU tier on a GPU miss: (GPU blocks loaded, chunks loaded, chunk keys to store)."""
+    def _lmcache(self, keys: tuple[int, ...], g: int, max_hit: int) -> tuple[int, int]:
+        """LMCache on a GPU miss: (GPU blocks loaded, chunks loaded); writes through the rest."""
         cpu, k = self.cpu, self.chunk_blocks
         assert cpu is not None
         loaded = chunks = 0
-        if self.flavor == "vllm":
-            start = g // k  # the scheduler looks up from the first chunk not computed locally
-            rest = keys[start:]
-            c = cpu.prefix_hits(rest)
-            if c:
-                cpu.touch(reversed(rest[:c]))
-                reach = min((start + c) * k, max_hit)
-                if reach > g:
-                    loaded, chunks = reach - g, c
-            return loaded, chunks, rest[c:]
         c = cpu.prefix_hits(keys)
         if c:
-            cpu.touch(reversed(keys[:c]))  # LMCache's touch_cache: last hit first, the head ends most recent
+            cpu.touch(reversed(keys[:c]))  # touch_cache: last hit first, the head ends most recent
             reach = min(c * k, max_hit)
             if reach > g:  # rule 2: load what the CPU holds beyond the GPU prefix
                 loaded, chunks = reach - g, c - g // k
-        return loaded, chunks, tuple(key for key in keys[c:] if key not in cpu)  # a put skips present keys
+        if self.policy == "write_through":  # rule 3, as puts: a put skips present keys
+            cpu.touch_in_order([key for key in keys[c:] if key not in cpu])
+        return loaded, chunks
+
+    def _native(self, keys: tuple[int, ...], g: int) -> tuple[int, int]:
+        """vLLM's native offloading (0.32: OffloadingConnectorScheduler + CPUOffloadingManager, LRU),
+        for every request: (GPU blocks loaded, chunks loaded).
+
+        The lookup starts at the chunk holding the first token the GPU lacks and a load is taken
+        only if it brings at least one chunk's worth of tokens (so one that starts mid-chunk
+        loads that chunk's remainder plus whole chunks). Stores offer the prompt's full chunks
+        (a partial last chunk is never stored; generated tokens neither: offload_prompt_only)
+        from the end of the load, or from chunk 0 when nothing was loaded; present chunks are
+        kept, absent ones inserted in prompt order after evicting the least recent chunks not
+        offered -- or, if too few, nothing is stored. When the request ends, every chunk it
+        loaded or offered is re-ranked tail first, so the head is the most recent.
+        """
+        cpu, k = self.cpu, self.chunk_blocks
+        assert cpu is not None
+        start = g // k
+        c = cpu.prefix_hits(keys[start:])
+        loaded = chunks = 0
+        if c and (start + c) * k - g >= k:
+            loaded, chunks = (start + c) * k - g, c
+        seen = keys[start:start + c] if loaded else ()
+        if self.policy == "write_through":
+            offered = keys[start + c:] if loaded else keys
+            absent = [key for key in offered if key not in cpu]
+            need = len(cpu) + len(absent) - cpu.capacity
+            if absent and need <= len(cpu) - (len(offered) - len(absent)):
+                if need > 0:
+                    cpu.evict_first(need, skip=set(offered))
+                cpu.touch_in_order(absent, absent=True)
+            seen = keys[start:] if loaded else keys
+        cpu.touch(key for key in reversed(seen) if key in cpu)
+        return loaded, chunks
 
     def access(self, req: Request) -> Outcome:
         """Serve one request and update both tiers."""
@@ -124,10 +149,10 @@ class TieredCache:
         cpu = self.cpu
         if cpu is not None:
             keys = blocks[self.chunk_blocks - 1::self.chunk_blocks]
-            if g < max_hit:  # rule 1: a full GPU hit never reaches the CPU tier
-                loaded, chunks, new = self._cpu_lookup(keys, g, max_hit)
-                if self.policy == "write_through":  # rule 3: computed chunks go to the CPU at once
-                    cpu.touch_in_order(new)
+            if self.flavor == "vllm":
+                loaded, chunks = self._native(keys, g)
+            elif g < max_hit:  # rule 1: a full GPU hit never reaches LMCache
+                loaded, chunks = self._lmcache(keys, g, max_hit)
             if self.policy == "store_on_evict":
                 self._chunk_ends.update(keys)
         # Freed tail first: [the unhashed block, when appended], the generated blocks last to first,
@@ -143,7 +168,8 @@ class TieredCache:
                 if key in ends:
                     ends.discard(key)
                     cpu.touch_in_order((key,))
-        hit_tokens = min((g + loaded) * B, tokens)
+        # a load that reaches the prompt's end leaves its last token to compute (vLLM's scheduler)
+        hit_tokens = min((g + loaded) * B, tokens - 1 if loaded and self.flavor == "vllm" else tokens)
         gpu_tokens = min(g * B, tokens)
         return Outcome(req.label, tokens, gpu_tokens, hit_tokens - gpu_tokens, tokens - hit_tokens, g, chunks)
 
