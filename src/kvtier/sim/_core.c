@@ -2,8 +2,9 @@
  * reference; tests require equal outcomes per request), as plain loops over arrays.
  *
  * GPU tier: vLLM's block pool as an LRU queue of physical copies (a doubly linked list in
- * arrays); a hash map (open addressing, linear probing) from block id to its first copy; each
- * id's copies chained in hash-map order. CPU tier: an LRU of chunk keys, same structures.
+ * arrays); block ids are dense (0 .. universe - 1, kvtier.sim.fast.flatten renumbers them), so
+ * an array maps an id to its first copy; each id's copies are chained in hash-map order.
+ * CPU tier: an LRU of chunk keys (block ids), same structures.
  * Built at install (setup: ext-modules in pyproject.toml); no numpy headers, buffers only.
  */
 #define PY_SSIZE_T_CLEAN
@@ -14,77 +15,6 @@
 
 typedef int64_t i64;
 typedef int32_t i32;
-
-/* ---- hash map: i64 key -> i32 value (-1 = empty slot) ---- */
-typedef struct { i64 *keys; i32 *vals; i64 mask; i64 size; } Map;
-
-static inline uint64_t mix(uint64_t x) {
-    x += 0x9e3779b97f4a7c15ULL;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    return x ^ (x >> 31);
-}
-
-static int map_init(Map *m, i64 cap) {
-    i64 n = 16;
-    while (n < 2 * cap) n <<= 1;
-    m->keys = malloc(sizeof(i64) * n);
-    m->vals = malloc(sizeof(i32) * n);
-    if (!m->keys || !m->vals) return -1;
-    memset(m->vals, 0xff, sizeof(i32) * n);
-    m->mask = n - 1;
-    m->size = 0;
-    return 0;
-}
-
-static void map_free(Map *m) { free(m->keys); free(m->vals); }
-
-static inline i64 map_slot(const Map *m, i64 key) {
-    i64 i = (i64)(mix((uint64_t)key) & (uint64_t)m->mask);
-    while (m->vals[i] != -1 && m->keys[i] != key) i = (i + 1) & m->mask;
-    return i;
-}
-
-static inline i32 map_get(const Map *m, i64 key) { return m->vals[map_slot(m, key)]; }
-
-static int map_put(Map *m, i64 key, i32 val);
-
-static int map_grow(Map *m) {
-    Map n;
-    if (map_init(&n, (m->mask + 1)) < 0) return -1;
-    for (i64 i = 0; i <= m->mask; i++)
-        if (m->vals[i] != -1) map_put(&n, m->keys[i], m->vals[i]);
-    map_free(m);
-    *m = n;
-    return 0;
-}
-
-static int map_put(Map *m, i64 key, i32 val) {
-    if (2 * (m->size + 1) > m->mask + 1 && map_grow(m) < 0) return -1;
-    i64 i = map_slot(m, key);
-    if (m->vals[i] == -1) m->size++;
-    m->keys[i] = key;
-    m->vals[i] = val;
-    return 0;
-}
-
-static void map_del(Map *m, i64 key) {  /* backward-shift deletion */
-    i64 i = map_slot(m, key);
-    if (m->vals[i] == -1) return;
-    i64 j = i;
-    for (;;) {
-        j = (j + 1) & m->mask;
-        if (m->vals[j] == -1) break;
-        i64 k = (i64)(mix((uint64_t)m->keys[j]) & (uint64_t)m->mask);
-        if ((j > i && (k <= i || k > j)) || (j < i && (k <= i && k > j))) {
-            m->keys[i] = m->keys[j];
-            m->vals[i] = m->vals[j];
-            i = j;
-        }
-    }
-    m->vals[i] = -1;
-    m->size--;
-}
 
 /* ---- LRU list in arrays: node 0 is the sentinel (front = next[0], back = prev[0]) ---- */
 typedef struct { i32 *prev, *next, *chain; i64 *key, *stamp; char *real; i32 cap, used, free_head; i64 len; } List;
@@ -141,93 +71,103 @@ static inline void list_release(List *l, i32 x) {
 }
 
 /* ---- the CPU tier ---- */
-typedef struct { List l; Map m; i64 cap; } Cpu;
+typedef struct { List l; i32 *node; i64 cap; } Cpu;  /* node[id]: its list node, -1 if absent */
 
 static int cpu_touch_in_order(Cpu *c, i64 key) {  /* move or insert; trimming is the caller's */
-    i32 x = map_get(&c->m, key);
+    i32 x = c->node[key];
     if (x >= 0) { list_to_back(&c->l, x); return 0; }
     x = list_new(&c->l, key, 1);
     if (x < 0) return -1;
-    return map_put(&c->m, key, x);
+    c->node[key] = x;
+    return 0;
 }
 
 static void cpu_trim(Cpu *c) {
     while (c->l.len > c->cap) {
         i32 x = c->l.next[0];
-        map_del(&c->m, c->l.key[x]);
+        c->node[c->l.key[x]] = -1;
         list_release(&c->l, x);
     }
 }
 
 static PyObject *replay(PyObject *self, PyObject *args) {
     Py_buffer ids_b, off_b, maxhit_b, scratch_b, unique_b, g_b, loaded_b, chunks_b;
-    long long gpu_cap, cpu_cap, k;
+    long long universe, gpu_cap, cpu_cap, k;
     int soe, vllm_flavor, unhashed_first;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*LLLpppw*w*w*", &ids_b, &off_b, &maxhit_b, &scratch_b, &unique_b,
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*LLLLpppw*w*w*", &ids_b, &off_b, &maxhit_b, &scratch_b, &unique_b, &universe,
                           &gpu_cap, &cpu_cap, &k, &soe, &vllm_flavor, &unhashed_first, &g_b, &loaded_b, &chunks_b))
         return NULL;
     const i64 *ids = ids_b.buf, *off = off_b.buf, *max_hit = maxhit_b.buf, *scratch = scratch_b.buf, *unique = unique_b.buf;
     i64 *out_g = g_b.buf, *out_loaded = loaded_b.buf, *out_chunks = chunks_b.buf;
     i64 R = (i64)(off_b.len / sizeof(i64)) - 1;
     int err = 0, has_cpu = cpu_cap >= 0;
-    List q; Map first; Cpu cpu; Map ends;
+    List q; Cpu cpu;
     memset(&cpu, 0, sizeof cpu);
-    err |= list_init(&q, (i32)(gpu_cap + 64)) | map_init(&first, gpu_cap + 64) | map_init(&ends, 64);
-    if (has_cpu) { err |= list_init(&cpu.l, (i32)(cpu_cap + 64)) | map_init(&cpu.m, cpu_cap + 64); cpu.cap = cpu_cap; }
+    i32 *first = malloc(sizeof(i32) * (universe + 1));  /* first[id]: its first copy, -1 if none */
+    char *ends = calloc(universe + 1, 1);                 /* store_on_evict: chunk ends not stored yet */
+    err |= !first || !ends;
+    if (first) memset(first, 0xff, sizeof(i32) * (universe + 1));
+    err |= list_init(&q, (i32)(gpu_cap + 64));
+    if (has_cpu) {
+        cpu.node = malloc(sizeof(i32) * (universe + 1));
+        err |= !cpu.node || list_init(&cpu.l, (i32)((cpu_cap < universe ? cpu_cap : universe) + 64));
+        if (cpu.node) memset(cpu.node, 0xff, sizeof(i32) * (universe + 1));
+        cpu.cap = cpu_cap;
+    }
     Py_BEGIN_ALLOW_THREADS
     for (i64 r = 0; r < R && !err; r++) {
         const i64 *b = ids + off[r];
         i64 n = off[r + 1] - off[r], mh = max_hit[r], lim = mh < n ? mh : n, g = 0, loaded = 0, chunks = 0;
-        while (g < lim && map_get(&first, b[g]) >= 0) g++;
+        while (g < lim && first[b[g]] >= 0) g++;
         if (has_cpu) {
             i64 m = n / k;  /* chunk j is named by block (j + 1) k - 1 */
 #define KEY(j) b[((j) + 1) * k - 1]
             if (vllm_flavor) {  /* vLLM 0.32 native offloading: see TieredCache._native */
                 i64 start = g / k, c = 0, lo, hi;
-                while (start + c < m && map_get(&cpu.m, KEY(start + c)) >= 0) c++;
+                while (start + c < m && cpu.node[KEY(start + c)] >= 0) c++;
                 if (c && (start + c) * k - g >= k) { loaded = (start + c) * k - g; chunks = c; }
                 lo = start; hi = loaded ? start + c : start;
                 if (!soe) {
                     i64 from = loaded ? start + c : 0, absent = 0;
-                    for (i64 j = from; j < m; j++) absent += map_get(&cpu.m, KEY(j)) < 0;
+                    for (i64 j = from; j < m; j++) absent += cpu.node[KEY(j)] < 0;
                     i64 present = (m - from) - absent, need = cpu.l.len + absent - cpu.cap;
                     if (absent && need <= cpu.l.len - present) {
                         if (need > 0) {  /* evict the least recent chunks not offered */
                             for (i64 j = from; j < m; j++) {
-                                i32 x = map_get(&cpu.m, KEY(j));
+                                i32 x = cpu.node[KEY(j)];
                                 if (x >= 0) cpu.l.stamp[x] = r + 1;
                             }
                             i32 x = cpu.l.next[0];
                             while (need > 0) {
                                 i32 nx = cpu.l.next[x];
-                                if (cpu.l.stamp[x] != r + 1) { map_del(&cpu.m, cpu.l.key[x]); list_release(&cpu.l, x); need--; }
+                                if (cpu.l.stamp[x] != r + 1) { cpu.node[cpu.l.key[x]] = -1; list_release(&cpu.l, x); need--; }
                                 x = nx;
                             }
                         }
                         for (i64 j = from; j < m && !err; j++)
-                            if (map_get(&cpu.m, KEY(j)) < 0) err |= cpu_touch_in_order(&cpu, KEY(j));
+                            if (cpu.node[KEY(j)] < 0) err |= cpu_touch_in_order(&cpu, KEY(j));
                     }
                     lo = loaded ? start : 0; hi = m;
                 }
                 for (i64 j = hi - 1; j >= lo; j--) {  /* at the end: re-ranked tail first, head most recent */
-                    i32 x = map_get(&cpu.m, KEY(j));
+                    i32 x = cpu.node[KEY(j)];
                     if (x >= 0) list_to_back(&cpu.l, x);
                 }
             } else if (g < mh) {  /* LMCache, on a GPU miss only */
                 i64 c = 0;
-                while (c < m && map_get(&cpu.m, KEY(c)) >= 0) c++;
-                for (i64 j = c - 1; j >= 0; j--) list_to_back(&cpu.l, map_get(&cpu.m, KEY(j)));  /* touch_cache */
+                while (c < m && cpu.node[KEY(c)] >= 0) c++;
+                for (i64 j = c - 1; j >= 0; j--) list_to_back(&cpu.l, cpu.node[KEY(j)]);  /* touch_cache */
                 if (c) {
                     i64 reach = c * k < mh ? c * k : mh;
                     if (reach > g) { loaded = reach - g; chunks = c - g / k; }
                 }
                 if (!soe) {  /* puts of the absent chunks */
                     for (i64 j = c; j < m && !err; j++)
-                        if (map_get(&cpu.m, KEY(j)) < 0) err |= cpu_touch_in_order(&cpu, KEY(j));
+                        if (cpu.node[KEY(j)] < 0) err |= cpu_touch_in_order(&cpu, KEY(j));
                     cpu_trim(&cpu);
                 }
             }
-            if (soe) for (i64 j = 0; j < m && !err; j++) err |= map_put(&ends, KEY(j), 1);
+            if (soe) for (i64 j = 0; j < m; j++) ends[KEY(j)] = 1;
 #undef KEY
         }
         /* release: fresh copies (the partial block when it joins the LRU, generated blocks, the
@@ -237,24 +177,24 @@ static PyObject *replay(PyObject *self, PyObject *args) {
         for (i64 j = n - 1; j >= g && !err; j--) {
             i32 x = list_new(&q, b[j], 1);
             if (x < 0) { err = 1; break; }
-            i32 h = map_get(&first, b[j]);
-            if (h < 0) err |= map_put(&first, b[j], x);
+            i32 h = first[b[j]];
+            if (h < 0) first[b[j]] = x;
             else { while (q.chain[h] >= 0) h = q.chain[h]; q.chain[h] = x; }
         }
-        for (i64 j = g - 1; j >= 0; j--) list_to_back(&q, map_get(&first, b[j]));
+        for (i64 j = g - 1; j >= 0; j--) list_to_back(&q, first[b[j]]);
         i64 limit = gpu_cap - (unhashed_first ? scratch[r] : 0);
         if (limit < 0) limit = 0;
         while (q.len > limit && !err) {
             i32 x = q.next[0];
             if (q.real[x]) {
                 i64 id = q.key[x];
-                i32 h = map_get(&first, id);
+                i32 h = first[id];
                 if (h == x) {
-                    if (q.chain[x] >= 0) err |= map_put(&first, id, q.chain[x]);
+                    if (q.chain[x] >= 0) first[id] = q.chain[x];
                     else {
-                        map_del(&first, id);
-                        if (has_cpu && soe && map_get(&ends, id) >= 0) {  /* its last copy: store the chunk */
-                            map_del(&ends, id);
+                        first[id] = -1;
+                        if (has_cpu && soe && ends[id]) {  /* its last copy: store the chunk */
+                            ends[id] = 0;
                             err |= cpu_touch_in_order(&cpu, id);
                             cpu_trim(&cpu);
                         }
@@ -269,8 +209,8 @@ static PyObject *replay(PyObject *self, PyObject *args) {
         out_g[r] = g; out_loaded[r] = loaded; out_chunks[r] = chunks;
     }
     Py_END_ALLOW_THREADS
-    list_free(&q); map_free(&first); map_free(&ends);
-    if (has_cpu) { list_free(&cpu.l); map_free(&cpu.m); }
+    list_free(&q); free(first); free(ends);
+    if (has_cpu) { list_free(&cpu.l); free(cpu.node); }
     PyBuffer_Release(&ids_b); PyBuffer_Release(&off_b); PyBuffer_Release(&maxhit_b); PyBuffer_Release(&scratch_b);
     PyBuffer_Release(&unique_b); PyBuffer_Release(&g_b); PyBuffer_Release(&loaded_b); PyBuffer_Release(&chunks_b);
     if (err) return PyErr_NoMemory();
@@ -278,7 +218,7 @@ static PyObject *replay(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"replay", replay, METH_VARARGS, "replay(ids, offsets, max_hit, scratch, unique, gpu_cap, cpu_cap, k, "
+    {"replay", replay, METH_VARARGS, "replay(ids, offsets, max_hit, scratch, unique, universe, gpu_cap, cpu_cap, k, "
      "store_on_evict, vllm_flavor, unhashed_first, out_gpu_blocks, out_loaded, out_chunks)"},
     {NULL, NULL, 0, NULL},
 };

@@ -21,7 +21,8 @@ from .tiers import FLAVORS, POLICIES, Outcome
 
 @dataclass(frozen=True)
 class Flat:
-    """Requests as arrays: request r's blocks are ids[offsets[r]:offsets[r + 1]] (prompt order)."""
+    """Requests as arrays: request r's blocks are ids[offsets[r]:offsets[r + 1]] (prompt order).
+    Ids are dense, 0 .. universe - 1 (the compiled loop indexes arrays by them)."""
 
     ids: np.ndarray
     offsets: np.ndarray
@@ -29,15 +30,15 @@ class Flat:
     max_hit: np.ndarray
     scratch: np.ndarray
     unique: np.ndarray
+    universe: int
 
     def __len__(self) -> int:
         return len(self.tokens)
 
 
 def flatten(requests: Sequence[Request]) -> Flat:
-    """Arrays of `requests`; ids that do not fit int64 are renumbered densely (only equality
-    matters). A request listing an id twice is refused: no vLLM hash chain does, and the compiled
-    loop assumes it."""
+    """Arrays of `requests`, ids renumbered densely (only equality matters). A request listing an
+    id twice is refused: no vLLM hash chain does, and the compiled loop assumes it."""
     R = len(requests)
     blocks = list(map(attrgetter("blocks"), requests))
     n = np.fromiter(map(len, blocks), dtype=np.int64, count=R)
@@ -46,13 +47,21 @@ def flatten(requests: Sequence[Request]) -> Flat:
     total = int(offsets[-1])
     try:
         ids = np.fromiter(chain.from_iterable(blocks), dtype=np.int64, count=total)
+        universe, ids = dense_ids(ids)
     except (OverflowError, TypeError, ValueError):
         dense: dict = {}
         ids = np.fromiter((dense.setdefault(b, len(dense)) for b in chain.from_iterable(blocks)), dtype=np.int64, count=total)
+        universe = len(dense)
     col = lambda name: np.fromiter(map(attrgetter(name), requests), dtype=np.int64, count=R)  # noqa: E731
-    flat = Flat(ids, offsets, col("tokens"), col("max_hit"), col("scratch"), col("unique"))
+    flat = Flat(ids, offsets, col("tokens"), col("max_hit"), col("scratch"), col("unique"), universe)
     check(flat)
     return flat
+
+
+def dense_ids(ids: np.ndarray) -> tuple[int, np.ndarray]:
+    """(number of distinct ids, ids renumbered 0 ..), order-free: equal ids stay equal."""
+    uniq, inv = np.unique(ids, return_inverse=True)
+    return len(uniq), inv.astype(np.int64, copy=False)
 
 
 def check(flat: Flat) -> None:
@@ -91,7 +100,8 @@ def replay_flat(flat: Flat, gpu_blocks: int, block_tokens: int, *, cpu_chunks: i
     R = len(flat)
     g, loaded, chunks = (np.zeros(R, dtype=np.int64) for _ in range(3))
     c = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
-    _core.replay(c(flat.ids), c(flat.offsets), c(flat.max_hit), c(flat.scratch), c(flat.unique), int(gpu_blocks),
+    _core.replay(c(flat.ids), c(flat.offsets), c(flat.max_hit), c(flat.scratch), c(flat.unique), int(flat.universe),
+                 int(gpu_blocks),
                  -1 if cpu_chunks is None else int(cpu_chunks), int(chunk_blocks), policy == "store_on_evict",
                  flavor == "vllm", bool(unhashed_first), g, loaded, chunks)
     # a native load that reaches the prompt's end leaves its last token to compute (as TieredCache)
