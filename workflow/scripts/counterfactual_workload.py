@@ -7,6 +7,7 @@ from kvtier.counterfactual.run import hour_weights, write_json
 from kvtier.numbers import load_registry
 from kvtier.provenance import write_sidecar
 from kvtier.snake import begin
+from kvtier.workloads.store import save
 
 smk = snakemake  # noqa: F821
 log = begin(smk)
@@ -21,5 +22,7 @@ record.update(hour_weights=hw.tolist(), block_tokens=block_tokens, seed=smk.para
               gpu_tokens=gpu_tokens, pool_blocks=int(reg["prod.pool.blocks"].value),
               requests=len(w.requests), lookups=w.lookups())
 write_json(smk.output.fit, record)
-write_sidecar(smk.output.fit, smk.rule, [smk.input.production, smk.input.hours, smk.input.coldreads])
+save(w, smk.output.workload)
+for out in (smk.output.fit, smk.output.workload):
+    write_sidecar(out, smk.rule, [smk.input.production, smk.input.hours, smk.input.coldreads])
 log.info("fit: %s", json.dumps(record["fit"]))

@@ -13,7 +13,7 @@ from ..coldread import ColdReadModel
 from ..numbers import Number
 from ..render.formats import TIME
 from ..workloads import Workload
-from ..workloads.synthetic import AgenticParams, Targets, build, fit_prompts, fit_report
+from ..workloads.synthetic import AgenticParams, Targets, assemble, draw, fit_prompts, fit_report
 from .replay import Config, replay
 
 
@@ -46,13 +46,14 @@ def calibrate(t: Targets, params: AgenticParams, model: ColdReadModel, hour_weig
     ones), so the calibration needs no pool and the pool's share stays a check of the model.
     """
     base = params.think_median_s
+    d = draw(t, params, model, hour_weights, seed)  # the think time moves arrivals only: draw once
     lo, hi = np.log(1e-2), np.log(1e1)
     for _ in range(steps):
         mid = (lo + hi) / 2
-        w = build(t, replace(params, think_median_s=base * float(np.exp(mid))), model, hour_weights, block_tokens, seed)
+        w = assemble(d, base * float(np.exp(mid)), block_tokens)
         lo, hi = (mid, hi) if gpu_share(w, gpu_tokens) > t.gpu_share else (lo, mid)
     params = replace(params, think_median_s=base * float(np.exp((lo + hi) / 2)))
-    w = build(t, params, model, hour_weights, block_tokens, seed)
+    w = assemble(d, params.think_median_s, block_tokens)
     return params, w, gpu_share(w, gpu_tokens)
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 from ..coldread import ColdReadModel
 from ..numbers import NumbersWriter, atomic_write_text
 from ..workloads import Workload
-from ..workloads.synthetic import AgenticParams, Targets, build, peak_in_service
+from ..workloads.synthetic import peak_in_service
 from .replay import Config, replay, summarise
 
 
@@ -23,12 +23,6 @@ def hour_weights(hours_csv: str | Path) -> np.ndarray:
     if not np.isfinite(w).all() or w.sum() <= 0:
         raise ValueError(f"{hours_csv}: no traffic in any hour of the period")
     return w
-
-
-def workload_from_fit(fit: dict[str, Any], model: ColdReadModel) -> Workload:
-    """Rebuild the fitted workload (deterministic: the fit record holds every input of `build`)."""
-    return build(Targets(**fit["targets"]), AgenticParams(**fit["params"]), model, np.asarray(fit["hour_weights"]),
-                 int(fit["block_tokens"]), int(fit["seed"]))
 
 
 def sweep(w: Workload, model: ColdReadModel, gpu_tokens: int, pool_ratios: list[float], gpu_ratios: list[float],

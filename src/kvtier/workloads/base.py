@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -9,6 +10,36 @@ import numpy as np
 
 from ..sim.fast import Flat, flatten
 from ..sim.requests import Request
+
+
+class LazyRequests(Sequence):
+    """Requests held as arrays (a Flat and labels); Request objects are made only when read."""
+
+    def __init__(self, flat: Flat, labels: np.ndarray):
+        self.flat, self.labels = flat, labels
+
+    def __len__(self) -> int:
+        return len(self.flat)
+
+    def _one(self, i: int) -> Request:
+        f = self.flat
+        return Request(tuple(f.ids[f.offsets[i]:f.offsets[i + 1]].tolist()), int(f.tokens[i]), max_hit=int(f.max_hit[i]),
+                       scratch=int(f.scratch[i]), unique=int(f.unique[i]), label=str(self.labels[i]))
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self._one(j) for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self._one(i)
+
+    def __iter__(self):
+        return (self._one(i) for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
 
 SCOPE_SHIFT = 40  # local ids (< 2**40) are made global as scope << 40 | id
 
@@ -20,7 +51,7 @@ class Workload:
     name: str
     block_tokens: int
     times: np.ndarray
-    requests: list[Request]
+    requests: Sequence[Request]
     output_tokens: np.ndarray
 
     def __post_init__(self) -> None:
@@ -32,15 +63,17 @@ class Workload:
     @cached_property
     def flat(self) -> Flat:
         """The requests as arrays, for the compiled replay (built once per workload)."""
+        if isinstance(self.requests, LazyRequests):
+            return self.requests.flat
         return flatten(self.requests)
 
     @property
     def prompt_tokens(self) -> np.ndarray:
-        return np.fromiter((r.tokens for r in self.requests), dtype=np.int64, count=len(self.requests))
+        return self.flat.tokens
 
     def lookups(self) -> int:
         """Block lookups a replay performs (one per cacheable block)."""
-        return sum(r.n_blocks for r in self.requests)
+        return int(self.flat.offsets[-1])
 
 
 def regroup(ids: list[int] | tuple[int, ...], tokens: int, base: int, target: int, scope: int = 0) -> tuple[int, ...]:
