@@ -16,10 +16,11 @@ hw = hour_weights(smk.input.hours)
 model = model_from_csv(smk.input.coldreads, smk.params.above_last)
 block_tokens = int(reg["prod.pool.block_tokens"].value)
 gpu_tokens = int(reg["prod.gpu_pool.tokens"].value)
+pool_blocks = int(reg["prod.pool.blocks"].value)
 w, record = fit_workload(reg, model, hw, block_tokens, gpu_tokens, smk.params.think["median_s"],
-                         smk.params.think["sigma"], smk.params.reusable, smk.params.seed)
-record.update(hour_weights=hw.tolist(), block_tokens=block_tokens, seed=smk.params.seed, reusable=smk.params.reusable,
-              gpu_tokens=gpu_tokens, pool_blocks=int(reg["prod.pool.blocks"].value),
+                         smk.params.think["sigma"], smk.params.reusable, smk.params.seed, pool_blocks)
+record.update(hour_weights=hw.tolist(), block_tokens=block_tokens, seed=smk.params.seed,
+              gpu_tokens=gpu_tokens, pool_blocks=pool_blocks,
               requests=len(w.requests), lookups=w.lookups())
 write_json(smk.output.fit, record)
 save(w, smk.output.workload)

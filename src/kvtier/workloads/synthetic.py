@@ -40,6 +40,8 @@ class Targets:
     gpu_share: float  # share of prompt tokens production found in GPU memory
     low_edge: float = 200_000.0   # the prompt sizes the shares are reported above
     high_edge: float = 500_000.0
+    pool_share: float = float("nan")  # share production's pool served (the joint calibration's target)
+    restores_per_hour: float = float("nan")  # restores per clock hour with traffic (a check)
 
 
 @dataclass(frozen=True)
