@@ -87,6 +87,7 @@ def register(writer: NumbersWriter, fit: dict, sweeps: pd.DataFrame, curve: pd.D
         computed_target = 1.0 - t["gpu_share"] - t["pool_share"]
         worst = max(worst, abs(f["op_share_computed"] - computed_target))
     add("cf.fit.worst_share_error", worst, "fraction", note="largest gap of the three shares at the operating point")
+    add("cf.fit.worst_share_error_points", worst * 100, "count", note="the same, in percentage points")
     op = sweeps[(sweeps["vary"] == "pool") & (sweeps["pool_blocks"] == op_pool_blocks)].set_index("policy")
     wt, soe = op.loc["write_through"], op.loc["store_on_evict"]
     for k in ("share_gpu", "share_pool", "share_computed", "pool_share_of_misses"):
