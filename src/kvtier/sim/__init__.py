@@ -10,6 +10,7 @@
 over a trace (`vllm_hits_by_capacity` when requests carry unhashed scratch blocks).
 """
 
+from . import fast
 from .lru import LRUTier
 from .pool import BlockPool
 from .requests import Request, document_chain, prompt_request, read_mooncake
@@ -17,7 +18,7 @@ from .stack import hits_by_capacity, stack_positions, stream_positions, vllm_hit
 from .tiers import POLICIES, Outcome, TieredCache, frees_unhashed_first, gpu_blocks_for
 
 __all__ = [
-    "BlockPool", "LRUTier", "Outcome", "POLICIES", "Request", "TieredCache", "document_chain", "frees_unhashed_first",
+    "BlockPool", "LRUTier", "fast", "Outcome", "POLICIES", "Request", "TieredCache", "document_chain", "frees_unhashed_first",
     "gpu_blocks_for", "hits_by_capacity", "prompt_request", "read_mooncake", "stack_positions", "stream_positions",
     "vllm_hits_by_capacity",
 ]

@@ -14,7 +14,6 @@ from typing import Sequence
 
 import numpy as np
 
-from . import _core
 from .requests import Request
 from .tiers import FLAVORS, POLICIES, Outcome
 
@@ -97,6 +96,11 @@ def replay_flat(flat: Flat, gpu_blocks: int, block_tokens: int, *, cpu_chunks: i
         raise ValueError(f"policy must be one of {POLICIES} and flavor one of {FLAVORS}")
     if gpu_blocks < 0 or block_tokens < 1 or chunk_blocks < 1 or (cpu_chunks is not None and cpu_chunks < 0):
         raise ValueError("sizes must be >= 0 (block_tokens, chunk_blocks >= 1)")
+    try:
+        from . import _core
+    except ImportError as e:  # the extension is built by `pip install -e .`
+        raise ImportError(f"kvtier's compiled simulator core is not built ({e}); run `pip install -e .` "
+                          "in the repository (it needs a C compiler)") from None
     R = len(flat)
     g, loaded, chunks = (np.zeros(R, dtype=np.int64) for _ in range(3))
     c = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731

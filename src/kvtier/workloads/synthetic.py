@@ -132,7 +132,7 @@ def fit_prompts(t: Targets, reusable: float, base: AgenticParams | None = None, 
                      + (m[2] / max(t.share_above_500k, 1e-3)) ** 2 + (r / max(1 - reusable, 1e-3)) ** 2)
 
     x0 = np.log([40_000.0, 1.5, 1_000.0, 8.0])
-    best = optimize.minimize(loss, x0, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-7, "maxiter": 500})
+    best = optimize.minimize(loss, x0, method="Nelder-Mead", options={"xatol": 1e-2, "fatol": 1e-5, "maxiter": 500})
     return params(best.x)
 
 
