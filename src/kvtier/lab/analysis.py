@@ -186,6 +186,10 @@ def analyse(inp: LabInputs, w: NumbersWriter) -> LabTables:
     w.add("lab.sim.reverse.partial_doc", int(sim_part["doc"].iloc[0]) if len(sim_part) else -1, "count")
     w.add("lab.sim.reverse.partial_tokens", int(sim_part["gpu_tokens"].sum()), "tokens")
     w.add("lab.sim.reverse.gpu_tokens", int(s3["gpu_tokens"].sum()), "tokens")
+    other = ex.replay(ex.LabShape(**{**shape.__dict__, "unhashed_first": not shape.unhashed_first}))
+    o3 = other[other["pass"].eq("reverse") & other["doc"].ge(0)]
+    w.add("lab.sim.reverse.gpu_tokens_other_order", int(o3["gpu_tokens"].sum()), "tokens",
+          note="the same pass under the other free order (vLLM 0.17-0.23 append unhashed blocks, 0.24+ prepend)")
     whole = ex.replay_whole_documents(shape)
     wr = whole[whole["pass"].eq("reverse")]
     w.add("lab.sim.whole_doc.reverse.partial_docs", int(((wr["gpu_tokens"] > 0) & (wr["computed_tokens"] > 0)).sum()), "count",
