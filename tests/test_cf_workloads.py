@@ -78,10 +78,13 @@ def test_kv_cache_tester_start_gap_is_fixed(tmp_path: Path) -> None:
     assert w.times.tolist() == [1.0, 31.0, 61.0]
 
 
-def test_regroup_refuses_a_smaller_block() -> None:
+def test_regroup_refuses_a_smaller_block(tmp_path: Path) -> None:
     # 64-token ids at 16 tokens a block would name four blocks by one id each
     with pytest.raises(ValueError, match="smaller"):
         regroup([10, 11], 128, 64, 16)
+    conv = {"block_size": 64, "requests": [{"t": 0.0, "type": "n", "in": 64, "out": 1, "hash_ids": [1]}]}
+    with pytest.raises(ValueError, match="t.tgz: its 64-token ids cannot be regrouped into 16-token blocks"):
+        traces.kv_cache_tester(_tgz(tmp_path, {"a.json": conv}), 16)
 
 
 def test_kv_cache_tester_refuses_another_block_size(tmp_path: Path) -> None:

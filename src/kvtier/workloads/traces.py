@@ -21,6 +21,8 @@ KVTESTER_BLOCK = 64
 
 def mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK) -> Workload:
     """Mooncake JSONL: `timestamp` (ms), `input_length`, `output_length`, `hash_ids` (512 tokens)."""
+    if block_tokens < MOONCAKE_BLOCK:
+        raise ValueError(f"{path}: its {MOONCAKE_BLOCK}-token ids cannot be regrouped into {block_tokens}-token blocks exactly")
     times, reqs, outs = [], [], []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -64,6 +66,8 @@ def kv_cache_tester(archive: str | Path, block_tokens: int, *, start_gap_s: floa
     request's KV belongs to the model that ran it: ids are scoped per (conversation, model), so
     a sub-agent on another model never hits its parent's blocks (it could not share KV).
     """
+    if block_tokens < KVTESTER_BLOCK:
+        raise ValueError(f"{archive}: its {KVTESTER_BLOCK}-token ids cannot be regrouped into {block_tokens}-token blocks exactly")
     events: list[tuple[float, int, dict]] = []
     scopes: dict[tuple[int, str], int] = {}
     with tarfile.open(archive, "r:*") as tar:
