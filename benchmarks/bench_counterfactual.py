@@ -1,14 +1,15 @@
 """What the single stack pass buys on the counterfactual's synthetic workload, and what the sweep costs.
 
     python benchmarks/bench_counterfactual.py [--fit results/counterfactual/workload_fit.json]
+                                              [--workload results/counterfactual/workload.npz]
                                               [--sizes 9 50] [--no-sweep] [--json out.json]
 
-(a) GPU-only hit share for N GPU sizes: one stack pass (`gpu_only_curve`, all sizes at once)
-    against N direct replays (`replay` with no pool), checked equal to 1e-12.
+(a) GPU-only hit share for N GPU sizes: one stack pass (kvtier.sim.stack, all sizes at once)
+    against N compiled replays (`gpu_only_curve`, what the workflow uses), checked equal to 1e-12.
 (b) The default sweep: pool sizes (and GPU sizes for write-through) x both policies, one replay
-    per row, as rule cf_sweep runs it.
-Wall-clock and process CPU time; the machines this runs on are shared. Needs the fitted workload
-(`snakemake --cores 2 results/counterfactual/workload_fit.json`).
+    per row (compiled core), as rule cf_numbers runs it.
+Also the cost of loading the stored workload. Wall-clock and process CPU time; the machines this
+runs on are shared. Needs the fitted workload (`snakemake --cores 2 results/counterfactual/workload.npz`).
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ import yaml
 
 from kvtier.coldread import model_from_csv
 from kvtier.counterfactual.replay import Config, gpu_only_curve, replay
-from kvtier.counterfactual.run import sweep, workload_from_fit
+from kvtier.sim.stack import hits_by_capacity, stack_positions
+from kvtier.counterfactual.run import sweep
+from kvtier.workloads.store import load
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -45,32 +48,34 @@ def gpu_sizes(n: int, gpu_tokens: int, ratios: list[float]) -> np.ndarray:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--fit", type=Path, default=REPO / "results" / "counterfactual" / "workload_fit.json")
+    ap.add_argument("--workload", type=Path, default=REPO / "results" / "counterfactual" / "workload.npz")
     ap.add_argument("--config", type=Path, default=REPO / "config" / "config.yaml")
     ap.add_argument("--sizes", type=int, nargs="+", default=[9, 50], help="numbers of GPU sizes to compare")
     ap.add_argument("--no-sweep", action="store_true", help="skip (b), the pool-size sweep")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    if not args.fit.exists():
-        sys.exit(f"fit not found: {args.fit} (run: snakemake --cores 2 results/counterfactual/workload_fit.json)")
+    if not args.fit.exists() or not args.workload.exists():
+        sys.exit(f"fit or workload not found: {args.fit}, {args.workload} "
+                 "(run: snakemake --cores 2 results/counterfactual/workload.npz)")
     cfg = yaml.safe_load(args.config.read_text(encoding="utf-8"))
     cf, cr = cfg["counterfactual"], cfg["coldread"]
     fit = json.loads(args.fit.read_text(encoding="utf-8"))
     model = model_from_csv(REPO / cr["table"], cr["above_last"])
-    w, wall, _ = timed(lambda: workload_from_fit(fit, model))
+    w, wall, _ = timed(lambda: load(args.workload))
     lookups = w.lookups()
-    print(f"workload: {len(w.requests):,} requests, {lookups:,} block lookups per replay (built in {wall:.2f} s)")
-    report: dict = {"requests": len(w.requests), "lookups": lookups, "gpu_curve": [], "sweep": []}
+    print(f"workload: {len(w.requests):,} requests, {lookups:,} block lookups per replay (loaded in {wall:.3f} s)")
+    report: dict = {"requests": len(w.requests), "lookups": lookups, "load_s": wall, "gpu_curve": [], "sweep": []}
 
     print("(a) GPU-only hit share for N GPU sizes")
     for n in args.sizes:
         sizes = gpu_sizes(n, fit["gpu_tokens"], cf["gpu_curve_ratios"])
-        curve, p_wall, p_cpu = timed(lambda: gpu_only_curve(w, sizes))
-        r_wall = r_cpu = 0.0
-        diff = 0.0
-        for g, share in zip(sizes, curve["share_gpu"]):
-            per, dw, dc = timed(lambda: replay(w, Config(int(g), None)))
-            r_wall, r_cpu = r_wall + dw, r_cpu + dc
-            diff = max(diff, abs(share - per["gpu"].sum() / per["tokens"].sum()))
+        def stack_pass():
+            hits = hits_by_capacity(stack_positions(w.requests), sizes // w.block_tokens)
+            tok = w.prompt_tokens
+            return np.minimum(hits * w.block_tokens, tok[:, None]).sum(axis=0) / tok.sum()
+        shares, p_wall, p_cpu = timed(stack_pass)
+        curve, r_wall, r_cpu = timed(lambda: gpu_only_curve(w, sizes))
+        diff = float(np.abs(shares - curve["share_gpu"].to_numpy()).max())
         row = {"sizes": n, "pass_wall_s": p_wall, "pass_cpu_s": p_cpu, "replays_wall_s": r_wall,
                "replays_cpu_s": r_cpu, "max_abs_diff": diff}
         report["gpu_curve"].append(row)

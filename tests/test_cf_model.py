@@ -80,12 +80,15 @@ def test_replay_and_summary_by_hand() -> None:
     assert with_pool["pool"].sum() >= 0 and with_pool["gpu"].sum() == no_pool["gpu"].sum()  # GPU tier ignores the pool
 
 
-def test_single_pass_gpu_curve_equals_direct_replays() -> None:
+def test_gpu_curve_equals_the_single_stack_pass() -> None:
+    from kvtier.sim.stack import hits_by_capacity, stack_positions
+
     p = AgenticParams(first_prompt_median=50_000, growth_median=2_000, turns_mean=6, think_median_s=30)
     w = build(TARGETS, p, MODEL, np.ones(6), 1_600, seed=2)
     sizes = np.array([500_000, 1_000_000, 2_113_003])
-    curve = gpu_only_curve(w, sizes)
-    for g, share in zip(sizes, curve["share_gpu"]):
-        r = replay(w, Config(int(g), None))
-        assert share == pytest.approx(r["gpu"].sum() / r["tokens"].sum(), abs=1e-12)
+    curve = gpu_only_curve(w, sizes)  # compiled replays, one per size
+    hits = hits_by_capacity(stack_positions(w.requests), sizes // 1_600)  # Mattson's stack: an independent path
+    tokens = w.prompt_tokens
+    want = np.minimum(hits * 1_600, tokens[:, None]).sum(axis=0) / tokens.sum()
+    assert curve["share_gpu"].to_numpy() == pytest.approx(want, abs=1e-12)
     assert isinstance(curve, pd.DataFrame) and curve["share_gpu"].is_monotonic_increasing

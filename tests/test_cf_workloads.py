@@ -52,17 +52,39 @@ def _tgz(tmp_path: Path, convs: dict[str, dict]) -> Path:
 
 
 def test_kv_cache_tester_flattens_subagents_and_scopes_ids(tmp_path: Path) -> None:
-    conv = {"block_size": 64, "requests": [
-        {"t": 0.0, "type": "n", "in": 128, "out": 5, "hash_ids": [1, 2]},
-        {"t": 10.0, "type": "subagent", "requests": [{"t": 2.5, "type": "n", "in": 64, "out": 1, "hash_ids": [9]}]},
-        {"t": 20.0, "type": "n", "in": 192, "out": 5, "hash_ids": [1, 2, 3]},
+    conv = {"block_size": 64, "models": ["big"], "requests": [
+        {"t": 0.0, "type": "n", "model": "big", "in": 128, "out": 5, "hash_ids": [1, 2]},
+        {"t": 10.0, "type": "subagent", "models": ["big"], "requests": [
+            {"t": 2.5, "type": "n", "model": "big", "in": 64, "out": 1, "hash_ids": [1]}]},
+        {"t": 11.0, "type": "subagent", "models": ["small"], "requests": [
+            {"t": 0.5, "type": "n", "model": "small", "in": 64, "out": 1, "hash_ids": [1]}]},
+        {"t": 20.0, "type": "n", "model": "big", "in": 192, "out": 5, "hash_ids": [1, 2, 3]},
     ]}
-    w = traces.kv_cache_tester(_tgz(tmp_path, {"a.json": conv, "b.json": conv}), 64, mean_gap_s=1e-9)
-    assert len(w.requests) == 6
+    w = traces.kv_cache_tester(_tgz(tmp_path, {"a.json": conv, "b.json": conv}), 64)
+    assert len(w.requests) == 8
+    # interleaved by recorded time, both conversations starting at 0: no seed, no random gap
+    assert w.times.tolist() == [0.0, 0.0, 11.5, 11.5, 12.5, 12.5, 20.0, 20.0]
     firsts = {r.blocks[0] for r in w.requests if r.tokens == 128}
-    assert firsts == {(1 << SCOPE_SHIFT) | 1, (2 << SCOPE_SHIFT) | 1}  # same local id, two conversations
-    sub = [t for t, r in zip(w.times, w.requests) if r.tokens == 64]
-    assert sub[0] == pytest.approx(12.5, abs=1e-6)  # sub-agent start 10 s + its own 2.5 s
+    assert firsts == {(1 << SCOPE_SHIFT) | 1, (3 << SCOPE_SHIFT) | 1}  # same local id, two conversations
+    # the sub-agent on the same model shares its parent's scope; the one on another model does not
+    same = [r.blocks[0] for t, r in zip(w.times, w.requests) if t == 12.5]
+    other = [r.blocks[0] for t, r in zip(w.times, w.requests) if t == 11.5]
+    assert set(same) == firsts and not set(other) & firsts
+
+
+def test_kv_cache_tester_start_gap_is_fixed(tmp_path: Path) -> None:
+    conv = {"block_size": 64, "requests": [{"t": 1.0, "type": "n", "in": 64, "out": 1, "hash_ids": [1]}]}
+    w = traces.kv_cache_tester(_tgz(tmp_path, {"a.json": conv, "b.json": conv, "c.json": conv}), 64, start_gap_s=30.0)
+    assert w.times.tolist() == [1.0, 31.0, 61.0]
+
+
+def test_regroup_refuses_a_smaller_block(tmp_path: Path) -> None:
+    # 64-token ids at 16 tokens a block would name four blocks by one id each
+    with pytest.raises(ValueError, match="smaller"):
+        regroup([10, 11], 128, 64, 16)
+    conv = {"block_size": 64, "requests": [{"t": 0.0, "type": "n", "in": 64, "out": 1, "hash_ids": [1]}]}
+    with pytest.raises(ValueError, match="t.tgz: its 64-token ids cannot be regrouped into 16-token blocks"):
+        traces.kv_cache_tester(_tgz(tmp_path, {"a.json": conv}), 16)
 
 
 def test_kv_cache_tester_refuses_another_block_size(tmp_path: Path) -> None:

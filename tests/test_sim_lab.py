@@ -54,11 +54,31 @@ def test_two_tiers_serve_the_second_pass_entirely():
     assert rev.loc[5, "cpu_tokens"] == (304 - 91) * 16
 
 
-def test_cpu_tier_below_the_ten_documents_gets_nothing_on_the_cycle():
-    # ten documents x 19 chunks = 190 chunks; one fewer and the CPU LRU is defeated like the GPU's
-    sweep = ex.cpu_sweep(SHAPE, 256, 28_672, [189, 190]).set_index("cpu_chunks")
-    assert sweep.loc[189, "cpu_tokens"] == 0
+def test_cpu_tier_one_chunk_short_loses_one_document_in_lmcache_order():
+    # ten documents x 19 chunks = 190 chunks. At 189 the first pass evicts document 0's first
+    # chunk. In the second pass document 0 misses at once; LMCache puts only its missing chunk
+    # (a put skips present keys, which are not refreshed) and that evicts document 0's own next
+    # chunk, the least recent. Documents 1-9 are found whole: 9 x 19 x 256 = 43,776 tokens.
+    # (Refreshing present keys on a put, as the simulator did before, gave 0 here.)
+    sweep = ex.cpu_sweep(SHAPE, 256, 28_672, [171, 189, 190]).set_index("cpu_chunks")
+    assert sweep.loc[189, "cpu_tokens"] == 9 * 4864
     assert sweep.loc[190, "cpu_tokens"] == 10 * 4864
+    # nine documents' worth: the first pass leaves documents 1-9, and each second-pass miss
+    # puts 19 chunks that evict the next document's head before it is read
+    assert sweep.loc[171, "cpu_tokens"] == 0
+
+
+def test_reverse_pass_under_older_vllm_appends_the_partial_block():
+    # vLLM 0.17-0.23 append the unhashed partial block to the free queue's end, so it takes a
+    # slot in the LRU order: a request leaves 313 + 1 = 314 entries. After pass two the 1,344
+    # blocks hold documents 9-6 (4 x 314 = 1,256) and document 5's most recent 88 entries, its
+    # blocks 0-87. Each of the four reverse hits brings one new partial block, which evicts one
+    # more of document 5's: 84 blocks = 1,344 tokens, 4 x 5,008 + 1,344 = 21,376 over the pass.
+    old = ex.LabShape(docs=10, doc_tokens=5011, gpu_cache_tokens=21_520, block_tokens=16, unhashed_first=False)
+    rev = _pass(ex.replay(old), "reverse")
+    assert rev.loc[[9, 8, 7, 6], "gpu_tokens"].tolist() == [5008] * 4
+    assert int(rev["gpu_tokens"].sum()) == 21_376
+    assert rev.loc[5, "gpu_tokens"] == 21_376 - 4 * 5008
 
 
 def test_store_on_evict_fills_the_cpu_tier_only_from_evictions():

@@ -68,7 +68,7 @@ def test_vllm_hits_reuse_the_pass_and_match_replays_at_small_capacities() -> Non
     reqs = []
     for d in range(60):
         doc = rng.randrange(8)
-        tokens = rng.randint(20, 130)
+        tokens = rng.choice([t for t in range(20, 131) if t % 16])  # whole-block prompts: see the test below
         reqs.append(prompt_request(iter(range(doc << 20, (doc << 20) + 200)), tokens, 16, generated=rng.choice([1, 9, 40])))
     caps = [0, 1, 9, 20, 33, 64, 10**9]
     pos = stack_positions(reqs)
@@ -82,6 +82,16 @@ def test_vllm_hits_reuse_the_pass_and_match_replays_at_small_capacities() -> Non
     replayed = [o.gpu_blocks for o in TieredCache(10**6, 16).replay(reqs)]
     assert got[:, -1].tolist() == replayed
     assert got[:, 0].sum() == 0
+
+
+def test_vllm_hits_refuse_a_recomputed_cached_block() -> None:
+    from kvtier.sim import prompt_request
+
+    reqs = [prompt_request(iter(range(100)), 64, 16), prompt_request(iter(range(100)), 64, 16)]
+    # the second request hits 3 blocks and computes block 3 again: a second copy in vLLM
+    assert [o.gpu_blocks for o in TieredCache(100, 16).replay(reqs)] == [0, 3]
+    with pytest.raises(ValueError, match="second copy"):
+        vllm_hits_by_capacity(reqs, [100])
 
 
 def test_prefix_rank_counts_equal_brute_force() -> None:

@@ -18,6 +18,7 @@ rule cf_workload:
         manifest=MANIFEST,
     output:
         fit="results/counterfactual/workload_fit.json",
+        workload="results/counterfactual/workload.npz",
     params:
         seed=CF["seed"],
         think=CF["think_time"],
@@ -33,69 +34,27 @@ rule cf_workload:
         "../scripts/counterfactual_workload.py"
 
 
-rule cf_sweep:
-    message:
-        "Counterfactual: replay pool and GPU sizes with the {wildcards.policy} policy"
-    input:
-        code=PACKAGE_CODE,
-        fit="results/counterfactual/workload_fit.json",
-        coldreads=config["coldread"]["table"],
-        manifest=MANIFEST,
-    output:
-        table="results/counterfactual/sweep_{policy}.csv",
-    wildcard_constraints:
-        policy="write_through|store_on_evict",
-    params:
-        pool_ratios=CF["pool_ratios"],
-        gpu_ratios=CF["gpu_ratios"],
-        above_last=config["coldread"]["above_last"],
-    log:
-        "logs/cf_sweep_{policy}.log",
-    benchmark:
-        "results/benchmarks/cf_sweep_{policy}.tsv"
-    conda:
-        ANALYSIS_ENV
-    script:
-        "../scripts/counterfactual_sweep.py"
-
-
-rule cf_gpu_curve:
-    message:
-        "Counterfactual: GPU-cache hits for every GPU size in one pass (LRU stack positions)"
-    input:
-        code=PACKAGE_CODE,
-        fit="results/counterfactual/workload_fit.json",
-        coldreads=config["coldread"]["table"],
-        manifest=MANIFEST,
-    output:
-        table="results/counterfactual/gpu_curve.csv",
-    params:
-        gpu_ratios=CF["gpu_curve_ratios"],
-        above_last=config["coldread"]["above_last"],
-    log:
-        "logs/cf_gpu_curve.log",
-    benchmark:
-        "results/benchmarks/cf_gpu_curve.tsv"
-    conda:
-        ANALYSIS_ENV
-    script:
-        "../scripts/counterfactual_gpu_curve.py"
-
-
+# One process for the replays and what they feed: the pool and GPU sweeps of both policies,
+# the single-pass GPU curve, the appendix's numbers and Figure 2 (they only split one computation).
 rule cf_numbers:
     message:
-        "Counterfactual: numbers for the appendix and Figure 2"
+        "Counterfactual: sweeps, GPU curve, numbers for the appendix and Figure 2"
     input:
         code=PACKAGE_CODE,
         fit="results/counterfactual/workload_fit.json",
-        sweeps=expand("results/counterfactual/sweep_{policy}.csv", policy=["write_through", "store_on_evict"]),
-        curve="results/counterfactual/gpu_curve.csv",
+        workload="results/counterfactual/workload.npz",
         coldreads=config["coldread"]["table"],
         manifest=MANIFEST,
     output:
+        sweep_write_through="results/counterfactual/sweep_write_through.csv",
+        sweep_store_on_evict="results/counterfactual/sweep_store_on_evict.csv",
+        curve="results/counterfactual/gpu_curve.csv",
         numbers="results/numbers/counterfactual.json",
         figure=report("figures/fig2.svg", caption="../report/fig2.rst", category="Beyond the note"),
     params:
+        pool_ratios=CF["pool_ratios"],
+        gpu_ratios=CF["gpu_ratios"],
+        curve_ratios=CF["gpu_curve_ratios"],
         above_last=config["coldread"]["above_last"],
     log:
         "logs/cf_numbers.log",

@@ -11,7 +11,7 @@ writer = numbers_writer(smk, "cf")
 fit = json.loads(open(smk.input.fit, encoding="utf-8").read())
 mooncake_validation(dict(zip(smk.params.names, smk.input.traces)), dict(zip(smk.params.names, smk.params.sha256)),
                     smk.params.block_tokens, smk.params.lru_tokens, writer,
-                    operating_point=(fit["gpu_tokens"], fit["pool_blocks"], fit["block_tokens"]), seed=fit["seed"])
+                    operating_point=(fit["gpu_tokens"], fit["pool_blocks"], fit["block_tokens"]))
 for name, share in smk.params.paper.items():
     writer.add(f"cf.public.paper.{name}", share, "fraction", note="reported by the Mooncake paper (config)")
 writer.write(smk.output.numbers)

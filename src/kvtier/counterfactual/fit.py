@@ -13,8 +13,8 @@ from ..coldread import ColdReadModel
 from ..numbers import Number
 from ..render.formats import TIME
 from ..workloads import Workload
-from ..workloads.synthetic import AgenticParams, Targets, build, fit_prompts, fit_report
-from .replay import Config, replay
+from ..workloads.synthetic import AgenticParams, Targets, assemble, draw, fit_prompts, fit_report
+from .replay import Config, replay, summarise
 
 
 def targets_from_registry(reg: dict[str, Number]) -> Targets:
@@ -30,6 +30,7 @@ def targets_from_registry(reg: dict[str, Number]) -> Targets:
         share_above_500k=v("prod.prompt.share_above_500k"), max_running=int(v("prod.max_running")),
         max_model_len=int(v("prod.context_tokens")), mean_output=v("prod.tokens.generated") / v("prod.requests"),
         gpu_share=v("prod.tokens.share_gpu"), low_edge=v("prod.prompt.low_edge"), high_edge=v("prod.prompt.high_edge"),
+        pool_share=v("prod.tokens.share_pool"), restores_per_hour=v("prod.restores.per_traffic_hour"),
     )
 
 
@@ -46,23 +47,61 @@ def calibrate(t: Targets, params: AgenticParams, model: ColdReadModel, hour_weig
     ones), so the calibration needs no pool and the pool's share stays a check of the model.
     """
     base = params.think_median_s
-    lo, hi = np.log(1e-2), np.log(1e1)
+    d = draw(t, params, model, hour_weights, seed)  # the think time moves arrivals only: draw once
+    lo, hi = np.log(1e-3), np.log(1e1)
     for _ in range(steps):
         mid = (lo + hi) / 2
-        w = build(t, replace(params, think_median_s=base * float(np.exp(mid))), model, hour_weights, block_tokens, seed)
+        w = assemble(d, base * float(np.exp(mid)), block_tokens)
         lo, hi = (mid, hi) if gpu_share(w, gpu_tokens) > t.gpu_share else (lo, mid)
     params = replace(params, think_median_s=base * float(np.exp((lo + hi) / 2)))
-    w = build(t, params, model, hour_weights, block_tokens, seed)
+    w = assemble(d, params.think_median_s, block_tokens)
     return params, w, gpu_share(w, gpu_tokens)
 
 
+def operating_point(w: Workload, model: ColdReadModel, gpu_tokens: int, pool_blocks: int) -> dict[str, float]:
+    """The note's aggregates for a replay at production's GPU and pool sizes (write-through)."""
+    return summarise(replay(w, Config(gpu_tokens, pool_blocks)), model)
+
+
 def fit_workload(reg: dict[str, Number], model: ColdReadModel, hour_weights: np.ndarray, block_tokens: int,
-                 gpu_tokens: int, think_median_s: float, think_sigma: float, reusable: float,
-                 seed: int) -> tuple[Workload, dict]:
-    """The whole fit; returns the workload and a record of targets, parameters and fit quality."""
+                 gpu_tokens: int, think_median_s: float, think_sigma: float, reusable: float | list[float],
+                 seed: int, pool_blocks: int | None = None, steps: int = 3) -> tuple[Workload, dict]:
+    """The whole fit; returns the workload and a record of targets, parameters and fit quality.
+
+    `reusable` a number: the reusable share is assumed, the think time calibrated to the GPU
+    share. A bracket [lo, hi]: the reusable share is fitted too (bisection) so that the replay at
+    the GPU and pool sizes reproduces production's pool share while the think time keeps its GPU
+    share; the computed share follows (the three sum to one) and the restore rate is a check.
+    The replay is noisy in the reusable share (each value refits the prompts), so the closest
+    of the points tried is kept.
+    """
     t = targets_from_registry(reg)
-    params = fit_prompts(t, reusable, AgenticParams(think_median_s=think_median_s, think_sigma=think_sigma), seed)
-    params, w, share = calibrate(t, params, model, hour_weights, block_tokens, gpu_tokens, seed)
+    base = AgenticParams(think_median_s=think_median_s, think_sigma=think_sigma)
+
+    def at(share: float) -> tuple[float, AgenticParams, Workload, float, dict]:
+        params = fit_prompts(t, share, base, seed)
+        params, w, gpu = calibrate(t, params, model, hour_weights, block_tokens, gpu_tokens, seed)
+        op = operating_point(w, model, gpu_tokens, pool_blocks) if pool_blocks is not None else {}
+        return share, params, w, gpu, op
+
+    if isinstance(reusable, (int, float)):
+        tried = [at(float(reusable))]
+    else:
+        if pool_blocks is None:
+            raise ValueError("fitting the reusable share needs the pool size")
+        lo, hi = (float(x) for x in reusable)
+        tried = [at(lo), at(hi)]
+        for _ in range(steps):  # pool share grows with the reusable share
+            mid = (lo + hi) / 2
+            tried.append(at(mid))
+            lo, hi = (mid, hi) if tried[-1][4]["share_pool"] < t.pool_share else (lo, mid)
+    share, params, w, gpu, op = min(tried, key=lambda r: abs(r[4].get("share_pool", 0.0) - t.pool_share)
+                                    + abs(r[3] - t.gpu_share))
     quality = fit_report(params, t, seed)
-    quality["gpu_share"] = share
-    return w, {"targets": asdict(t), "params": asdict(params), "fit": quality}
+    quality["gpu_share"] = gpu
+    quality.update({f"op_{k}": v for k, v in op.items()})
+    return w, {"targets": asdict(t), "params": asdict(params), "fit": quality, "reusable": share,
+               "reusable_fitted": not isinstance(reusable, (int, float)),
+               "tried": [{"reusable": r[0], "gpu_share": r[3], **{k: r[4].get(k) for k in ("share_pool", "share_computed",
+                                                                                          "restores_per_traffic_hour")}}
+                         for r in tried]}

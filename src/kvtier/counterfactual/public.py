@@ -26,14 +26,12 @@ def reuse_shares(path: str, block_tokens: int, capacities_tokens: list[int]) -> 
     return np.minimum(hits * block_tokens, tokens[:, None]).sum(axis=0) / tokens.sum()
 
 
-AGENTIC_GAP_S = 60.0  # mean gap between the starts of two public sessions (they carry no start times)
-
-
-def agentic_replay(path: str, block_tokens: int, gpu_tokens: int, pool_blocks: int, seed: int) -> dict[str, float]:
-    """The public agentic sessions (kv-cache-tester) at the note's operating point."""
+def agentic_replay(path: str, block_tokens: int, gpu_tokens: int, pool_blocks: int) -> dict[str, float]:
+    """The public agentic sessions (kv-cache-tester) at the note's operating point, interleaved
+    by their recorded times (all sessions start together: they carry no start times)."""
     from .replay import Config, replay
 
-    w = traces.kv_cache_tester(path, block_tokens, seed=seed, mean_gap_s=AGENTIC_GAP_S)
+    w = traces.kv_cache_tester(path, block_tokens)
     r = replay(w, Config(gpu_tokens, pool_blocks, "write_through"))
     total = float(r["tokens"].sum())
     pool, computed = float(r["pool"].sum()), float(r["computed"].sum())
@@ -42,7 +40,7 @@ def agentic_replay(path: str, block_tokens: int, gpu_tokens: int, pool_blocks: i
 
 
 def mooncake_validation(paths: dict[str, str], sha256: dict[str, str], block_tokens: int, lru_tokens: int,
-                        writer: NumbersWriter, operating_point: tuple[int, int, int] | None = None, seed: int = 0) -> None:
+                        writer: NumbersWriter, operating_point: tuple[int, int, int] | None = None) -> None:
     """Mooncake traces against the paper; kv-cache-tester sessions at the operating point
     (GPU tokens, pool blocks, block tokens) when given."""
     for name, path in paths.items():
@@ -51,9 +49,8 @@ def mooncake_validation(paths: dict[str, str], sha256: dict[str, str], block_tok
         if path.endswith(".tgz"):
             if operating_point is not None:
                 gpu_tokens, pool_blocks, op_block = operating_point
-                for k, v in agentic_replay(path, op_block, gpu_tokens, pool_blocks, seed).items():
+                for k, v in agentic_replay(path, op_block, gpu_tokens, pool_blocks).items():
                     writer.add(f"cf.public.{name}.{k}", v, "count" if k == "requests" else "fraction", inputs=[path])
-                writer.add(f"cf.public.{name}.mean_gap", AGENTIC_GAP_S, "s", note="sessions have no start times")
             continue
         unbounded, lru = reuse_shares(path, block_tokens, [UNBOUNDED, lru_tokens])
         writer.add(f"cf.public.{name}.unbounded_share", unbounded, "fraction", inputs=[path])

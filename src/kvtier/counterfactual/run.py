@@ -12,7 +12,7 @@ import pandas as pd
 from ..coldread import ColdReadModel
 from ..numbers import NumbersWriter, atomic_write_text
 from ..workloads import Workload
-from ..workloads.synthetic import AgenticParams, Targets, build, peak_in_service
+from ..workloads.synthetic import peak_in_service
 from .replay import Config, replay, summarise
 
 
@@ -23,12 +23,6 @@ def hour_weights(hours_csv: str | Path) -> np.ndarray:
     if not np.isfinite(w).all() or w.sum() <= 0:
         raise ValueError(f"{hours_csv}: no traffic in any hour of the period")
     return w
-
-
-def workload_from_fit(fit: dict[str, Any], model: ColdReadModel) -> Workload:
-    """Rebuild the fitted workload (deterministic: the fit record holds every input of `build`)."""
-    return build(Targets(**fit["targets"]), AgenticParams(**fit["params"]), model, np.asarray(fit["hour_weights"]),
-                 int(fit["block_tokens"]), int(fit["seed"]))
 
 
 def sweep(w: Workload, model: ColdReadModel, gpu_tokens: int, pool_ratios: list[float], gpu_ratios: list[float],
@@ -65,7 +59,15 @@ def register(writer: NumbersWriter, fit: dict, sweeps: pd.DataFrame, curve: pd.D
     add("cf.model.turns_mean", p["turns_mean"], "count")
     add("cf.model.think_median", p["think_median_s"], "s")
     add("cf.model.think_sigma", p["think_sigma"], "count")
-    add("cf.model.reusable_share", fit["reusable"], "fraction", note="assumed: share an unbounded cache could serve")
+    fitted = bool(fit.get("reusable_fitted"))
+    add("cf.model.reusable_share", fit["reusable"], "fraction",
+        note=("fitted to production's pool share" if fitted else "assumed") + ": share an unbounded cache could serve")
+    add("cf.model.reusable_fitted", int(fitted), "count", note="1: fitted jointly with the think time, 0: assumed")
+    tried = pd.DataFrame(fit.get("tried", []))
+    if fitted and len(tried):
+        add("cf.fit.reusable_tried", len(tried), "count")
+        add("cf.fit.reusable_low", float(tried["reusable"].min()), "fraction")
+        add("cf.fit.reusable_high", float(tried["reusable"].max()), "fraction")
     add("cf.model.growth_sigma", p["growth_sigma"], "count", note="fixed")
     add("cf.model.system_tokens", p["system_tokens"], "tokens", note="fixed")
     add("cf.model.decode_rate", p["decode_tokens_per_s"], "count", note="fixed: generated tokens per second")
@@ -79,6 +81,13 @@ def register(writer: NumbersWriter, fit: dict, sweeps: pd.DataFrame, curve: pd.D
     add("cf.target.share_above_200k", t["share_above_200k"], "fraction")
     add("cf.target.share_above_500k", t["share_above_500k"], "fraction")
     add("cf.target.max_running", t["max_running"], "requests")
+    worst = max(abs(f[f"op_{k}"] - t[v]) for k, v in (("share_gpu", "gpu_share"), ("share_pool", "pool_share"))) \
+        if "op_share_pool" in f else float("nan")
+    if "op_share_pool" in f:
+        computed_target = 1.0 - t["gpu_share"] - t["pool_share"]
+        worst = max(worst, abs(f["op_share_computed"] - computed_target))
+    add("cf.fit.worst_share_error", worst, "fraction", note="largest gap of the three shares at the operating point")
+    add("cf.fit.worst_share_error_points", worst * 100, "count", note="the same, in percentage points")
     op = sweeps[(sweeps["vary"] == "pool") & (sweeps["pool_blocks"] == op_pool_blocks)].set_index("policy")
     wt, soe = op.loc["write_through"], op.loc["store_on_evict"]
     for k in ("share_gpu", "share_pool", "share_computed", "pool_share_of_misses"):

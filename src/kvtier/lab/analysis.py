@@ -16,6 +16,7 @@ import pandas as pd
 from ..errors import RawRecordError
 from ..numbers import NumbersWriter
 from . import experiments as ex
+from ..sim import frees_unhashed_first
 from .model import read_model
 from .predict import calibrate, predict
 from .records import PASSES, block_tokens, gpu_cache_tokens, metrics_by_pass, read_lmcache_log, read_requests, read_run
@@ -166,7 +167,11 @@ def analyse(inp: LabInputs, w: NumbersWriter) -> LabTables:
     w.add("lab.cpu.kv_bytes_stored", int(stored["tokens"].sum()) * model.kv_bytes_per_token, "B")
 
     # ---- the simulator at the lab's sizes
-    shape = ex.LabShape(n_docs, doc_tokens, cache_tokens, B, generated=max(int(run.get("max_tokens", 1)) - 1, 0))
+    vllm_version = str((run.get("versions") or {}).get("vllm", ""))
+    if not vllm_version:
+        raise RawRecordError(inp.run, "versions.vllm is missing: the simulator needs it for vLLM's free order")
+    shape = ex.LabShape(n_docs, doc_tokens, cache_tokens, B, generated=max(int(run.get("max_tokens", 1)) - 1, 0),
+                        unhashed_first=frees_unhashed_first(vllm_version))
     single = ex.replay(shape)
     s2 = single[single["pass"].eq("second") & single["doc"].ge(0)]
     w.add("lab.sim.second_pass_hit_tokens", int(s2["gpu_tokens"].sum()), "tokens")
@@ -181,6 +186,10 @@ def analyse(inp: LabInputs, w: NumbersWriter) -> LabTables:
     w.add("lab.sim.reverse.partial_doc", int(sim_part["doc"].iloc[0]) if len(sim_part) else -1, "count")
     w.add("lab.sim.reverse.partial_tokens", int(sim_part["gpu_tokens"].sum()), "tokens")
     w.add("lab.sim.reverse.gpu_tokens", int(s3["gpu_tokens"].sum()), "tokens")
+    other = ex.replay(ex.LabShape(**{**shape.__dict__, "unhashed_first": not shape.unhashed_first}))
+    o3 = other[other["pass"].eq("reverse") & other["doc"].ge(0)]
+    w.add("lab.sim.reverse.gpu_tokens_other_order", int(o3["gpu_tokens"].sum()), "tokens",
+          note="the same pass under the other free order (vLLM 0.17-0.23 append unhashed blocks, 0.24+ prepend)")
     whole = ex.replay_whole_documents(shape)
     wr = whole[whole["pass"].eq("reverse")]
     w.add("lab.sim.whole_doc.reverse.partial_docs", int(((wr["gpu_tokens"] > 0) & (wr["computed_tokens"] > 0)).sum()), "count",
@@ -213,6 +222,11 @@ def analyse(inp: LabInputs, w: NumbersWriter) -> LabTables:
     w.add("lab.sim.cpu.min_bytes_full", need * chunk * model.kv_bytes_per_token, "B")
     w.add("lab.sim.cpu.below_full.cpu_tokens", int(below["cpu_tokens"].max()) if len(below) else 0, "tokens",
           note="largest second-pass CPU supply at any capacity below the threshold")
+    best = below.loc[below["cpu_tokens"].idxmax()] if len(below) else None
+    w.add("lab.sim.cpu.below_full.at_chunks", int(best["cpu_chunks"]) if best is not None else 0, "count")
+    zero = below[below["cpu_tokens"].eq(0)]
+    w.add("lab.sim.cpu.defeated_up_to_chunks", int(zero["cpu_chunks"].max()) if len(zero) else 0, "count",
+          note="largest capacity tried at which the second pass gets nothing from the CPU tier")
 
     # ---- prediction beside the measurement
     hit_cell = vr[vr["cached_tokens"].ge(full_hit)]

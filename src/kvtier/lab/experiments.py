@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import pandas as pd
 
-from ..sim import Outcome, Request, TieredCache, document_chain, gpu_blocks_for, prompt_request
+from ..sim import Outcome, Request, TieredCache, document_chain, fast, gpu_blocks_for, prompt_request
 
 PASS_ORDERS = ("first", "second", "reverse")
 OTHER_NAMESPACE = 1
@@ -24,6 +24,7 @@ class LabShape:
     block_tokens: int
     generated: int = 1
     null_blocks: int = 1
+    unhashed_first: bool = True  # vLLM >= 0.24 frees the partial block to the front (sim.frees_unhashed_first)
 
     @property
     def gpu_blocks(self) -> int:
@@ -59,8 +60,9 @@ def replay(shape: LabShape, *, cpu_chunks: int | None = None, chunk_tokens: int 
     B = block_tokens or shape.block_tokens
     blocks = gpu_blocks if gpu_blocks is not None else gpu_blocks_for(shape.gpu_cache_tokens, B, shape.null_blocks)
     chunk_blocks = 1 if chunk_tokens is None else chunk_tokens // B
-    cache = TieredCache(blocks, B, cpu_chunks=cpu_chunks, chunk_blocks=max(chunk_blocks, 1), policy=policy)  # type: ignore[arg-type]
-    return outcomes_table(cache.replay(requests(shape, B)))
+    # the compiled core (equal to TieredCache per request: tests/test_sim_fast.py)
+    return outcomes_table(fast.replay(requests(shape, B), blocks, B, cpu_chunks=cpu_chunks, chunk_blocks=max(chunk_blocks, 1),
+                                      policy=policy, unhashed_first=shape.unhashed_first))
 
 
 def full_hit_tokens(shape: LabShape, block_tokens: int | None = None) -> int:
@@ -70,7 +72,7 @@ def full_hit_tokens(shape: LabShape, block_tokens: int | None = None) -> int:
 
 def survivors_after_first_pass(shape: LabShape) -> list[int]:
     """Documents whose whole cacheable prefix is still on the GPU when the first pass ends."""
-    cache = TieredCache(shape.gpu_blocks, shape.block_tokens)
+    cache = TieredCache(shape.gpu_blocks, shape.block_tokens, unhashed_first=shape.unhashed_first)
     reqs = requests(shape)
     first = [r for r in reqs if r.label.startswith("first:")]
     cache.replay(first)

@@ -76,6 +76,16 @@ class LRUTier:
             deque(map(entries.move_to_end, resident_lru_first), maxlen=0)
         self._trim(self.capacity - reserve)
 
+    def evict_first(self, n: int, skip: set[int]) -> None:
+        """Evict the `n` least recent entries not in `skip` (vLLM's policy.evict with protected keys)."""
+        victims = [k for k in self._entries if k not in skip][:n]
+        for k in victims:
+            del self._entries[k]
+        self.evictions += len(victims)
+        if self.on_evict is not None:
+            for k in victims:
+                self.on_evict(k)
+
     def touch(self, resident: Iterable[int]) -> None:
         """Make resident keys the most recent, in the order given (LMCache's get on a hit)."""
         deque(map(self._entries.move_to_end, resident), maxlen=0)

@@ -120,6 +120,18 @@ def _flat_positions(requests: Sequence[Request]) -> tuple[np.ndarray, np.ndarray
     return _touch_positions(ids, offsets, n, u, reverse=True), offsets
 
 
+def _refuse_copies(requests: Sequence[Request], flat: np.ndarray, offsets: np.ndarray, n: np.ndarray) -> None:
+    """A block past max_hit that was seen before may still be cached; vLLM then computes it again
+    into a second physical copy (see pool.py), which a stack over block ids cannot represent."""
+    cap = np.fromiter((max(r.max_hit, 0) for r in requests), dtype=np.int64, count=len(requests))
+    capped = np.flatnonzero(cap < n)
+    for i in capped.tolist():
+        if (flat[offsets[i] + cap[i]:offsets[i + 1]] != COLD).any():
+            raise ValueError(f"request {i} ({requests[i].label!r}) recomputes a block seen before (a full hit on a "
+                             "prompt of whole blocks): vLLM keeps a second copy, which the stack pass does not model; "
+                             "replay with TieredCache")
+
+
 def _touch_positions(ids: np.ndarray, offsets: np.ndarray, n: np.ndarray, u: np.ndarray,
                      reverse: bool) -> np.ndarray:
     """Stack position of every touch when its request starts (COLD if never seen), in prompt
@@ -238,7 +250,8 @@ def hits_by_capacity(positions: list[np.ndarray], capacities: Sequence[int]) -> 
     """Hit blocks per request (rows) for each capacity (columns): the leading run below C.
 
     Positions from `stack_positions` of requests with scratch blocks are handed on to
-    `vllm_hits_by_capacity`, which is exact for them.
+    `vllm_hits_by_capacity`, which is exact for them. A pure stack over block ids: a block
+    recomputed past max_hit while cached is one entry here, two physical copies in vLLM.
     """
     reqs = getattr(positions, "requests", ())
     if any(r.scratch for r in reqs):
@@ -278,6 +291,7 @@ def vllm_hits_by_capacity(requests: Sequence[Request], capacities: Sequence[int]
     else:
         flat, offsets = _flat_positions(requests)
     n = np.diff(offsets)
+    _refuse_copies(requests, flat, offsets, n)
     top = len(flat) + int(sum(r.unique for r in requests)) + 1  # above every real position
     # every request's positions sorted and lifted, so one searchsorted counts those below a depth
     keys, starts = _segment_keys(flat, offsets, n, top)

@@ -2,11 +2,44 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
+from ..sim.fast import Flat, flatten
 from ..sim.requests import Request
+
+
+class LazyRequests(Sequence):
+    """Requests held as arrays (a Flat and labels); Request objects are made only when read."""
+
+    def __init__(self, flat: Flat, labels: np.ndarray):
+        self.flat, self.labels = flat, labels
+
+    def __len__(self) -> int:
+        return len(self.flat)
+
+    def _one(self, i: int) -> Request:
+        f = self.flat
+        return Request(tuple(f.ids[f.offsets[i]:f.offsets[i + 1]].tolist()), int(f.tokens[i]), max_hit=int(f.max_hit[i]),
+                       scratch=int(f.scratch[i]), unique=int(f.unique[i]), label=str(self.labels[i]))
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self._one(j) for j in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        return self._one(i)
+
+    def __iter__(self):
+        return (self._one(i) for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and list(self) == list(other)
 
 SCOPE_SHIFT = 40  # local ids (< 2**40) are made global as scope << 40 | id
 
@@ -18,7 +51,7 @@ class Workload:
     name: str
     block_tokens: int
     times: np.ndarray
-    requests: list[Request]
+    requests: Sequence[Request]
     output_tokens: np.ndarray
 
     def __post_init__(self) -> None:
@@ -27,13 +60,20 @@ class Workload:
         if len(self.times) and np.any(np.diff(self.times) < 0):
             raise ValueError("requests must be in arrival order")
 
+    @cached_property
+    def flat(self) -> Flat:
+        """The requests as arrays, for the compiled replay (built once per workload)."""
+        if isinstance(self.requests, LazyRequests):
+            return self.requests.flat
+        return flatten(self.requests)
+
     @property
     def prompt_tokens(self) -> np.ndarray:
-        return np.fromiter((r.tokens for r in self.requests), dtype=np.int64, count=len(self.requests))
+        return self.flat.tokens
 
     def lookups(self) -> int:
         """Block lookups a replay performs (one per cacheable block)."""
-        return sum(r.n_blocks for r in self.requests)
+        return int(self.flat.offsets[-1])
 
 
 def regroup(ids: list[int] | tuple[int, ...], tokens: int, base: int, target: int, scope: int = 0) -> tuple[int, ...]:
@@ -41,10 +81,14 @@ def regroup(ids: list[int] | tuple[int, ...], tokens: int, base: int, target: in
 
     A target block is named by the id of the last base block it reaches into: ids are
     prefix-chained, so that id stands for the whole prefix up to there. Only full target
-    blocks are cacheable, as in vLLM.
+    blocks are cacheable, as in vLLM. A target smaller than the trace's block is refused: one
+    base id would name several target blocks (repeated ids), and a prefix shared only part-way
+    into a base block cannot be recovered from the trace.
     """
     if base <= 0 or target <= 0:
         raise ValueError("block sizes must be positive")
+    if target < base:
+        raise ValueError(f"cannot regroup {base}-token trace blocks into smaller {target}-token blocks exactly")
     full = min(tokens // target, (len(ids) * base) // target)
     last_base = [-(-((k + 1) * target) // base) - 1 for k in range(full)]
     tag = scope << SCOPE_SHIFT

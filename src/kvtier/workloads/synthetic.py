@@ -18,11 +18,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
-from scipy import optimize, stats
 
 from ..coldread import ColdReadModel
-from ..sim.requests import Request
-from .base import SCOPE_SHIFT, Workload, vllm_request
+from ..sim.fast import Flat
+from .base import LazyRequests, Workload
 
 
 @dataclass(frozen=True)
@@ -41,6 +40,8 @@ class Targets:
     gpu_share: float  # share of prompt tokens production found in GPU memory
     low_edge: float = 200_000.0   # the prompt sizes the shares are reported above
     high_edge: float = 500_000.0
+    pool_share: float = float("nan")  # share production's pool served (the joint calibration's target)
+    restores_per_hour: float = float("nan")  # restores per clock hour with traffic (a check)
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,8 @@ def _draws(rng: np.random.Generator, sessions: int, max_turns: int) -> _Draws:
     """Stratified draws for the per-session quantities (first prompt, session length): evenly
     spaced quantiles in random order, so a few thousand sessions already match their distribution
     and the fit is not chasing sampling noise in a heavy tail."""
+    from scipy import stats  # here, not at import: the rules that only replay never load scipy
+
     strata = (np.arange(sessions) + 0.5) / sessions
     return _Draws(stats.norm.ppf(rng.permutation(strata)), rng.permutation(strata),
                   rng.standard_normal((sessions, max_turns)), rng.standard_normal((sessions, max_turns)))
@@ -113,6 +116,8 @@ def fit_prompts(t: Targets, reusable: float, base: AgenticParams | None = None, 
     """Fit the first prompt (median, spread), the growth per turn and the mean session length so
     that request prompts match the observed mean and shares above 200K and 500K, and an
     unbounded cache could reuse `reusable` of all prompt tokens (Nelder-Mead)."""
+    from scipy import optimize
+
     base = base or AgenticParams()
     d = _draws(np.random.default_rng(seed), sessions, 100)
 
@@ -127,7 +132,7 @@ def fit_prompts(t: Targets, reusable: float, base: AgenticParams | None = None, 
                      + (m[2] / max(t.share_above_500k, 1e-3)) ** 2 + (r / max(1 - reusable, 1e-3)) ** 2)
 
     x0 = np.log([40_000.0, 1.5, 1_000.0, 8.0])
-    best = optimize.minimize(loss, x0, method="Nelder-Mead", options={"xatol": 1e-3, "fatol": 1e-7, "maxiter": 500})
+    best = optimize.minimize(loss, x0, method="Nelder-Mead", options={"xatol": 1e-2, "fatol": 1e-5, "maxiter": 500})
     return params(best.x)
 
 
@@ -145,19 +150,32 @@ def fit_report(p: AgenticParams, t: Targets, seed: int = 0) -> dict[str, float]:
             "share_above_500k": float((x > t.high_edge).mean()), "reusable_share": reusable_share(pr, out, p.system_tokens)}
 
 
-def _arrivals(p: AgenticParams, prompts: np.ndarray, out: np.ndarray, model: ColdReadModel,
-              hour_weights: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """Arrival time of every turn: a session starts in an active hour, then each turn follows the
-    previous one's service (cold read of its new tokens + decoding) and a think time."""
+@dataclass
+class _Timing:
+    """Arrival times as start + service + think-time median x unit think gaps (cumulated), so a
+    calibration that moves the think time reuses everything else."""
+
+    start: np.ndarray       # (sessions,)
+    service: np.ndarray     # (sessions, turns): cumulated service of the earlier turns
+    think_unit: np.ndarray  # (sessions, turns): cumulated think gaps for a median of 1 s
+
+    def arrivals(self, think_median_s: float) -> np.ndarray:
+        return self.start[:, None] + self.service + think_median_s * self.think_unit
+
+
+def _timing(p: AgenticParams, prompts: np.ndarray, out: np.ndarray, model: ColdReadModel,
+            hour_weights: np.ndarray, rng: np.random.Generator) -> _Timing:
+    """A session starts in an active hour, then each turn follows the previous one's service
+    (cold read of its new tokens + decoding) and a think time."""
     sessions, turns = prompts.shape
     hour = rng.choice(len(hour_weights), size=sessions, p=hour_weights / hour_weights.sum())
     start = (hour + rng.random(sessions)) * 3600.0
     prev = np.concatenate([np.zeros((sessions, 1)), np.nan_to_num(prompts[:, :-1])], axis=1)
     new_tokens = np.clip(np.nan_to_num(prompts) - prev, 0, None)
     service = model.predict(new_tokens.ravel()).reshape(new_tokens.shape) + out / p.decode_tokens_per_s
-    think = p.think_median_s * np.exp(p.think_sigma * rng.standard_normal((sessions, turns)))
-    gaps = np.concatenate([np.zeros((sessions, 1)), (service + think)[:, :-1]], axis=1)
-    return start[:, None] + np.cumsum(gaps, axis=1)
+    think = np.exp(p.think_sigma * rng.standard_normal((sessions, turns)))
+    lag = lambda a: np.concatenate([np.zeros((sessions, 1)), a[:, :-1]], axis=1)  # noqa: E731
+    return _Timing(start, np.cumsum(lag(service), axis=1), np.cumsum(lag(think), axis=1))
 
 
 def max_in_service(arrival: np.ndarray, service: np.ndarray) -> int:
@@ -168,19 +186,37 @@ def max_in_service(arrival: np.ndarray, service: np.ndarray) -> int:
     return int(np.cumsum(kinds[order]).max(initial=0))
 
 
-def build(t: Targets, params: AgenticParams, model: ColdReadModel, hour_weights: np.ndarray, block_tokens: int,
-          seed: int = 0) -> Workload:
-    """Draw the workload: sessions start in the traffic hours, turns follow service + think time.
+@dataclass
+class Draw:
+    """What `build` draws before arrival times: prompts and answers per session and turn, and the
+    timing. Calibrating the think time re-assembles from one Draw (no new prompts, same dice)."""
 
-    More sessions are drawn than needed and whole sessions are kept, in the (random) order they
-    were drawn, until their requests inside the period reach `t.requests`; the last one is cut
-    to the exact count. Keeping whole sessions rather than the earliest requests preserves the
-    hourly shape of the traffic over the whole period."""
+    targets: Targets
+    params: AgenticParams
+    prompts: np.ndarray
+    out: np.ndarray
+    timing: _Timing
+
+
+def draw(t: Targets, params: AgenticParams, model: ColdReadModel, hour_weights: np.ndarray, seed: int = 0) -> Draw:
+    """More sessions than needed, with their prompts, answers and timing (see `build`)."""
     rng = np.random.default_rng(seed + 1)
     sessions = int(np.ceil(t.requests / max(params.turns_mean, 1.0) * 1.5)) + 50
     d = _draws(rng, sessions, _max_turns(params.turns_mean))
     prompts, out = _prompts(params, d, t)
-    arrival = _arrivals(params, prompts, out, model, hour_weights, np.random.default_rng(seed + 2))
+    return Draw(t, params, prompts, out, _timing(params, prompts, out, model, hour_weights, np.random.default_rng(seed + 2)))
+
+
+def assemble(d: Draw, think_median_s: float, block_tokens: int) -> Workload:
+    """The workload of a Draw at one think time, as arrays (no Python loop over requests).
+
+    Whole sessions are kept, in the (random) order they were drawn, until their requests inside
+    the period reach `t.requests`; the last one is cut to the exact count. Keeping whole sessions
+    rather than the earliest requests preserves the hourly shape of the traffic. Block ids: the
+    shared system prefix, then ids of the session's own (dense, as kvtier.sim.fast wants them)."""
+    t, prompts, out = d.targets, d.prompts, d.out
+    sessions = prompts.shape[0]
+    arrival = d.timing.arrivals(think_median_s)
     keep = ~np.isnan(prompts) & (arrival < t.period_s)
     per_session = np.cumsum(keep.sum(axis=1))
     last = int(np.searchsorted(per_session, t.requests))  # first session that reaches the count
@@ -193,13 +229,30 @@ def build(t: Targets, params: AgenticParams, model: ColdReadModel, hour_weights:
         keep[last, turns[len(turns) - excess:]] = False
     idx = np.argwhere(keep)
     idx = idx[np.argsort(arrival[keep], kind="stable")]
-    sys_blocks = params.system_tokens // block_tokens
-    reqs: list[Request] = []
-    for s, k in idx:
-        tokens = int(prompts[s, k])
-        blocks = tuple(i if i < sys_blocks else ((int(s) + 1) << SCOPE_SHIFT) | i for i in range(tokens // block_tokens))
-        reqs.append(vllm_request(blocks, tokens, block_tokens, int(out[s, k]), label=f"s{s}t{k}"))
-    return Workload("synthetic-agentic", block_tokens, arrival[tuple(idx.T)], reqs, out[tuple(idx.T)].astype(np.int64))
+    s, k = idx[:, 0], idx[:, 1]
+    tokens = prompts[s, k].astype(np.int64)
+    outs = out[s, k].astype(np.int64)
+    B, S = block_tokens, d.params.system_tokens // block_tokens
+    n = tokens // B
+    offsets = np.zeros(len(n) + 1, dtype=np.int64)
+    np.cumsum(n, out=offsets[1:])
+    req = np.repeat(np.arange(len(n)), n)
+    pos = np.arange(offsets[-1], dtype=np.int64) - offsets[req]
+    own = np.zeros(sessions + 1, dtype=np.int64)  # blocks past the system prefix, per session
+    np.maximum.at(own, s + 1, np.maximum(n - S, 0))
+    base = S + np.cumsum(own)[:-1]  # first id of each session's own blocks
+    ids = np.where(pos < S, pos, base[s][req] + pos - S)
+    kv = tokens + np.maximum(outs - 1, 0)  # the last sampled token is never fed back
+    flat = Flat(ids, offsets, tokens, np.minimum(n, (tokens - 1) // B), (kv % B != 0).astype(np.int64),
+                np.maximum(kv // B - n, 0), int(S + own.sum()))
+    labels = np.char.add(np.char.add("s", s.astype(str)), np.char.add("t", k.astype(str)))
+    return Workload("synthetic-agentic", block_tokens, arrival[s, k], LazyRequests(flat, labels), outs)
+
+
+def build(t: Targets, params: AgenticParams, model: ColdReadModel, hour_weights: np.ndarray, block_tokens: int,
+          seed: int = 0) -> Workload:
+    """Draw the workload: sessions start in the traffic hours, turns follow service + think time."""
+    return assemble(draw(t, params, model, hour_weights, seed), params.think_median_s, block_tokens)
 
 
 def peak_in_service(times: np.ndarray, computed_tokens: np.ndarray, output_tokens: np.ndarray,

@@ -21,6 +21,8 @@ KVTESTER_BLOCK = 64
 
 def mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK) -> Workload:
     """Mooncake JSONL: `timestamp` (ms), `input_length`, `output_length`, `hash_ids` (512 tokens)."""
+    if block_tokens < MOONCAKE_BLOCK:
+        raise ValueError(f"{path}: its {MOONCAKE_BLOCK}-token ids cannot be regrouped into {block_tokens}-token blocks exactly")
     times, reqs, outs = [], [], []
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
@@ -40,31 +42,37 @@ def mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK) -> Workload:
                     [reqs[i] for i in order], np.asarray(outs, dtype=np.int64)[order])
 
 
-def _flatten(requests: list[dict], offset: float, where: str) -> list[tuple[float, dict]]:
-    """Sub-agent records hold their own requests, timed from the sub-agent's start."""
+def _flatten(requests: list[dict], offset: float, model: str, where: str) -> list[tuple[float, str, dict]]:
+    """(time, model, request) for every request; sub-agent records hold their own requests,
+    timed from the sub-agent's start, and may run another model than their parent."""
     out = []
     for i, r in enumerate(requests):
         if r.get("type") == "subagent":
-            out.extend(_flatten(r.get("requests", []), offset + float(r["t"]), f"{where}/subagent {i}"))
+            models = r.get("models") or [model]
+            out.extend(_flatten(r.get("requests", []), offset + float(r["t"]), str(models[0]), f"{where}/subagent {i}"))
         elif "hash_ids" in r and "in" in r:
-            out.append((offset + float(r["t"]), r))
+            out.append((offset + float(r["t"]), str(r.get("model") or model), r))
         else:
             raise RawRecordError(where, f"request {i} has neither hash_ids/in nor sub-agent requests")
     return out
 
 
-def kv_cache_tester(archive: str | Path, block_tokens: int, *, seed: int = 0, mean_gap_s: float = 60.0) -> Workload:
+def kv_cache_tester(archive: str | Path, block_tokens: int, *, start_gap_s: float = 0.0) -> Workload:
     """kv-cache-tester conversations (a .tgz of JSON files, 64-token blocks, ids local to one file).
 
-    Conversations carry no absolute start time: they are interleaved by starting each one
-    after an exponential gap (mean `mean_gap_s`, seeded), and ids are scoped per conversation.
+    Requests are interleaved by their recorded times `t` (seconds from their conversation's
+    start); conversations carry no absolute start, so conversation i starts at i x `start_gap_s`
+    (default: all at once) -- deterministic, no seed. Ids are local to a conversation, and a
+    request's KV belongs to the model that ran it: ids are scoped per (conversation, model), so
+    a sub-agent on another model never hits its parent's blocks (it could not share KV).
     """
-    rng = np.random.default_rng(seed)
+    if block_tokens < KVTESTER_BLOCK:
+        raise ValueError(f"{archive}: its {KVTESTER_BLOCK}-token ids cannot be regrouped into {block_tokens}-token blocks exactly")
     events: list[tuple[float, int, dict]] = []
-    start = 0.0
+    scopes: dict[tuple[int, str], int] = {}
     with tarfile.open(archive, "r:*") as tar:
         members = sorted((m for m in tar.getmembers() if m.isfile() and m.name.endswith(".json")), key=lambda m: m.name)
-        for scope, m in enumerate(members, start=1):
+        for conv_no, m in enumerate(members):
             where = f"{archive}:{m.name}"
             try:
                 conv = json.load(tar.extractfile(m))  # type: ignore[arg-type]
@@ -72,8 +80,10 @@ def kv_cache_tester(archive: str | Path, block_tokens: int, *, seed: int = 0, me
                 raise RawRecordError(where, f"not JSON ({e})") from None
             if conv.get("block_size") != KVTESTER_BLOCK:
                 raise RawRecordError(where, f"block_size {conv.get('block_size')!r}, expected {KVTESTER_BLOCK}")
-            start += float(rng.exponential(mean_gap_s))
-            events.extend((start + t, scope, r) for t, r in _flatten(conv["requests"], 0.0, where))
+            model = str((conv.get("models") or [""])[0])
+            for t, mdl, r in _flatten(conv["requests"], conv_no * start_gap_s, model, where):
+                scope = scopes.setdefault((conv_no, mdl), len(scopes) + 1)
+                events.append((t, scope, r))
     events.sort(key=lambda e: e[0])
     reqs = [vllm_request(regroup(r["hash_ids"], int(r["in"]), KVTESTER_BLOCK, block_tokens, scope), int(r["in"]),
                          block_tokens, int(r["out"]), label=f"{scope}") for _, scope, r in events]

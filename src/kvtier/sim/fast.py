@@ -1,0 +1,120 @@
+"""The compiled replay (`kvtier.sim._core`, C, built at install) behind TieredCache's rules.
+
+`flatten` turns requests into arrays once (a workload file stores them: kvtier.workloads.store);
+`replay_flat` replays them through the C loop and returns outcome columns. TieredCache stays the
+readable reference; tests require equal outcomes per request on every test workload.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import chain
+from operator import attrgetter
+from typing import Sequence
+
+import numpy as np
+
+from .requests import Request
+from .tiers import FLAVORS, POLICIES, Outcome
+
+
+@dataclass(frozen=True)
+class Flat:
+    """Requests as arrays: request r's blocks are ids[offsets[r]:offsets[r + 1]] (prompt order).
+    Ids are dense, 0 .. universe - 1 (the compiled loop indexes arrays by them)."""
+
+    ids: np.ndarray
+    offsets: np.ndarray
+    tokens: np.ndarray
+    max_hit: np.ndarray
+    scratch: np.ndarray
+    unique: np.ndarray
+    universe: int
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+def flatten(requests: Sequence[Request]) -> Flat:
+    """Arrays of `requests`, ids renumbered densely (only equality matters). A request listing an
+    id twice is refused: no vLLM hash chain does, and the compiled loop assumes it."""
+    R = len(requests)
+    blocks = list(map(attrgetter("blocks"), requests))
+    n = np.fromiter(map(len, blocks), dtype=np.int64, count=R)
+    offsets = np.zeros(R + 1, dtype=np.int64)
+    np.cumsum(n, out=offsets[1:])
+    total = int(offsets[-1])
+    try:
+        ids = np.fromiter(chain.from_iterable(blocks), dtype=np.int64, count=total)
+        universe, ids = dense_ids(ids)
+    except (OverflowError, TypeError, ValueError):
+        dense: dict = {}
+        ids = np.fromiter((dense.setdefault(b, len(dense)) for b in chain.from_iterable(blocks)), dtype=np.int64, count=total)
+        universe = len(dense)
+    col = lambda name: np.fromiter(map(attrgetter(name), requests), dtype=np.int64, count=R)  # noqa: E731
+    flat = Flat(ids, offsets, col("tokens"), col("max_hit"), col("scratch"), col("unique"), universe)
+    check(flat)
+    return flat
+
+
+def dense_ids(ids: np.ndarray) -> tuple[int, np.ndarray]:
+    """(number of distinct ids, ids renumbered 0 ..), order-free: equal ids stay equal."""
+    uniq, inv = np.unique(ids, return_inverse=True)
+    return len(uniq), inv.astype(np.int64, copy=False)
+
+
+def check(flat: Flat) -> None:
+    """Refuse what the compiled loop does not model: an id listed twice in one request."""
+    seg = np.repeat(np.arange(len(flat), dtype=np.int64), np.diff(flat.offsets))
+    order = np.lexsort((flat.ids, seg))
+    s, i = seg[order], flat.ids[order]
+    if len(i) > 1 and ((s[1:] == s[:-1]) & (i[1:] == i[:-1])).any():
+        r = int(s[1:][(s[1:] == s[:-1]) & (i[1:] == i[:-1])][0])
+        raise ValueError(f"request {r} lists a block twice; replay it with TieredCache")
+
+
+@dataclass(frozen=True)
+class Columns:
+    """Outcome columns, one row per request (as Outcome's fields)."""
+
+    tokens: np.ndarray
+    gpu_blocks: np.ndarray
+    gpu_tokens: np.ndarray
+    cpu_tokens: np.ndarray
+    computed_tokens: np.ndarray
+    cpu_chunks: np.ndarray
+
+    def outcomes(self, labels: Sequence[str]) -> list[Outcome]:
+        cols = (self.tokens, self.gpu_tokens, self.cpu_tokens, self.computed_tokens, self.gpu_blocks, self.cpu_chunks)
+        return list(map(Outcome, labels, *(c.tolist() for c in cols)))
+
+
+def replay_flat(flat: Flat, gpu_blocks: int, block_tokens: int, *, cpu_chunks: int | None = None, chunk_blocks: int = 1,
+                policy: str = "write_through", flavor: str = "lmcache", unhashed_first: bool = True) -> Columns:
+    """TieredCache(...).replay as arrays, by the compiled loop."""
+    if policy not in POLICIES or flavor not in FLAVORS:
+        raise ValueError(f"policy must be one of {POLICIES} and flavor one of {FLAVORS}")
+    if gpu_blocks < 0 or block_tokens < 1 or chunk_blocks < 1 or (cpu_chunks is not None and cpu_chunks < 0):
+        raise ValueError("sizes must be >= 0 (block_tokens, chunk_blocks >= 1)")
+    try:
+        from . import _core
+    except ImportError as e:  # the extension is built by `pip install -e .`
+        raise ImportError(f"kvtier's compiled simulator core is not built ({e}); run `pip install -e .` "
+                          "in the repository (it needs a C compiler)") from None
+    R = len(flat)
+    g, loaded, chunks = (np.zeros(R, dtype=np.int64) for _ in range(3))
+    c = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
+    _core.replay(c(flat.ids), c(flat.offsets), c(flat.max_hit), c(flat.scratch), c(flat.unique), int(flat.universe),
+                 int(gpu_blocks),
+                 -1 if cpu_chunks is None else int(cpu_chunks), int(chunk_blocks), policy == "store_on_evict",
+                 flavor == "vllm", bool(unhashed_first), g, loaded, chunks)
+    # a native load that reaches the prompt's end leaves its last token to compute (as TieredCache)
+    cap = flat.tokens - ((loaded > 0) & (flavor == "vllm"))
+    hit = np.minimum((g + loaded) * block_tokens, cap)
+    gpu_tokens = np.minimum(g * block_tokens, flat.tokens)
+    return Columns(flat.tokens, g, gpu_tokens, hit - gpu_tokens, flat.tokens - hit, chunks)
+
+
+def replay(requests: Sequence[Request], gpu_blocks: int, block_tokens: int, **kw) -> list[Outcome]:
+    """Outcomes as TieredCache(gpu_blocks, block_tokens, **kw).replay(requests) gives them."""
+    return replay_flat(flatten(requests), gpu_blocks, block_tokens, **kw).outcomes([r.label for r in requests])
