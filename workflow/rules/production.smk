@@ -1,6 +1,8 @@
 # Production on setup C (note: Setup, Results, Table 2, Figure 1b, Recommendations, appendix).
 #   /metrics snapshot + server log + host facts + headroom -> prod.* numbers, tidy restores,
 #   Table 2 and Figure 1b. The data contract runs at ingest (kvtier.production.contract).
+from kvtier.replay import opt_in_capture as replay_opt_in
+
 PROD = config["production"]
 
 NUMBERS.append("results/numbers/production.json")
@@ -75,3 +77,24 @@ rule production_fig1b:
         ANALYSIS_ENV
     script:
         "../scripts/production_fig1b.py"
+
+
+rule production_capture_cpu:
+    message:
+        "Production-style capture: public agentic sessions replayed against vLLM's CPU build with its native tier -> {params.out}"
+    input:
+        lambda wc: replay_opt_in(config["experiments"]["capture"]),
+        model="data/tiny-model",
+    output:
+        done=touch("results/experiments/production_capture_cpu.done"),
+    params:
+        out=config["experiments"]["capture"]["out"],
+        args=config["experiments"]["capture"]["args"],
+    log:
+        "logs/production_capture_cpu.log",
+    conda:
+        "../../envs/vllm-cpu.yaml"
+    shell:
+        "PYTHONPATH=src python -m kvtier.replay.cli --out {params.out} --model {input.model} {params.args} --no-progress > {log} 2>&1 "
+        "&& PYTHONPATH=src python -m kvtier.cli manifest add $(find {params.out} -type f | sort) --class measured "
+        "--description 'production-style capture: public agentic sessions replayed by kvtier-replay on vLLM CPU build, native CPU tier' >> {log} 2>&1"

@@ -4,3 +4,13 @@
 (equal hash ids -> equal prompt tokens), scaled by one stated factor; `client` sends them, one
 thread per session, and writes a per-request client log.
 """
+
+
+def opt_in_capture(capture: dict) -> list[str]:
+    """Input of the opt-in capture rule: nothing, or a clear refusal when it was not switched on."""
+    from ..snake import activated
+
+    if not activated(capture["activate"]):
+        raise ValueError("production_capture_cpu launches vLLM and writes raw/; enable it with "
+                         "--config 'experiments={\"capture\": {\"activate\": true}}' (see config/config.yaml, experiments.capture)")
+    return []

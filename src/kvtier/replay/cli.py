@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 from pathlib import Path
 
 import yaml
 
 from ..eviction.host import host_info, versions
-from ..harness import _platform, _server_args, _spec, api_key, launched_server_meta
+from ..harness import Terminated, _on_sigterm, _platform, _server_args, _spec, api_key, launched_server_meta
 from ..serving.client import RequestFailed, ServingClient
 from ..serving.redact import scrub_file, secret_values
 from ..serving.server import PreflightError, ServerDied, VllmServer, preflight
@@ -76,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = _spec(a, "cuda" if a.url and a.platform == "auto" else _platform(a, software))
     key = api_key(a)
     server = None
+    signal.signal(signal.SIGTERM, _on_sigterm)  # stopped by a scheduler or `kill`: stop the server too
     meta = {"record": "replay of public agentic sessions (kvtier-replay)", "class": "measured", "trace": a.trace,
             "sessions": a.sessions if a.trace.startswith("kv-cache-tester") else None, "limit": a.limit,
             "scaling": {"scale": s.scale, "compress": s.compress, "session_gap_s": a.session_gap, "vocab_size": s.vocab_size,
@@ -105,9 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     except (PreflightError, ServerDied, RequestFailed) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print(f"interrupted; the client log in {out} keeps every answered request; rerun to resume", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as e:
+        print(f"{e or 'interrupted'}; the client log in {out} keeps every answered request; rerun to resume", file=sys.stderr)
+        return 143 if isinstance(e, Terminated) else 130
     finally:
         if server is not None:
             server.stop()

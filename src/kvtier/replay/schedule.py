@@ -57,12 +57,18 @@ def block_ids(scope: str, hash_id: int, n: int, s: Scaling) -> list[int]:
     return rng.integers(s.first_id, s.vocab_size, n).tolist()
 
 
-def prompt_of(scope: str, hash_ids: list[int], trace_tokens: int, trace_block: int, s: Scaling) -> list[int]:
+def prompt_of(scope: str, hash_ids: list[int], trace_tokens: int, trace_block: int, s: Scaling,
+              memo: dict[tuple[str, int], list[int]] | None = None) -> list[int]:
+    """A session's turns repeat most of their ids: `memo` keeps each block's tokens once drawn."""
     b = s.block_tokens(trace_block)
     want = max(1, round(trace_tokens * s.scale))
+    memo = {} if memo is None else memo
     out: list[int] = []
     for h in hash_ids:
-        out.extend(block_ids(scope, int(h), b, s))
+        key = (scope, int(h))
+        if key not in memo:
+            memo[key] = block_ids(scope, int(h), b, s)
+        out.extend(memo[key])
         if len(out) >= want:
             break
     return out[:want]
@@ -83,6 +89,7 @@ def _flatten(requests: list[dict], offset: float, scope: str, where: str) -> lis
 def kv_cache_tester(archive: str | Path, s: Scaling, *, sessions: int, session_gap_s: float) -> list[Turn]:
     """The first `sessions` conversations of a kv-cache-tester .tgz, started `session_gap_s` apart."""
     turns: list[Turn] = []
+    memo: dict[tuple[str, int], list[int]] = {}
     with tarfile.open(archive, "r:*") as tar:
         members = sorted((m for m in tar.getmembers() if m.isfile() and m.name.endswith(".json")), key=lambda m: m.name)
         for k, m in enumerate(members[:sessions]):
@@ -96,7 +103,7 @@ def kv_cache_tester(archive: str | Path, s: Scaling, *, sessions: int, session_g
             events = sorted(_flatten(conv["requests"], 0.0, f"s{k}", where), key=lambda e: e[0])
             for i, (t, scope, r) in enumerate(events):
                 turns.append(Turn(k, i, k * session_gap_s + t / s.compress,
-                                  prompt_of(scope, r["hash_ids"], int(r["in"]), KVTESTER_BLOCK, s),
+                                  prompt_of(scope, r["hash_ids"], int(r["in"]), KVTESTER_BLOCK, s, memo),
                                   max(1, min(s.max_tokens_cap, round(int(r["out"]) * s.scale))), int(r["in"])))
     return sorted(turns, key=lambda t: (t.at_s, t.session, t.index))
 
@@ -104,6 +111,7 @@ def kv_cache_tester(archive: str | Path, s: Scaling, *, sessions: int, session_g
 def mooncake(path: str | Path, s: Scaling, *, limit: int | None = None) -> list[Turn]:
     """Mooncake JSONL (timestamps in ms, 512-token blocks, ids global): each request its own session."""
     turns: list[Turn] = []
+    memo: dict[tuple[str, int], list[int]] = {}
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if limit is not None and len(turns) >= limit:
@@ -115,7 +123,7 @@ def mooncake(path: str | Path, s: Scaling, *, limit: int | None = None) -> list[
                 t, n, o, ids = float(rec["timestamp"]) / 1e3, int(rec["input_length"]), int(rec["output_length"]), rec["hash_ids"]
             except (ValueError, KeyError, TypeError) as e:
                 raise RawRecordError(path, f"not a Mooncake record ({e})", line=lineno, record=line.strip()) from None
-            turns.append(Turn(len(turns), 0, t / s.compress, prompt_of("g", ids, n, MOONCAKE_BLOCK, s),
+            turns.append(Turn(len(turns), 0, t / s.compress, prompt_of("g", ids, n, MOONCAKE_BLOCK, s, memo),
                               max(1, min(s.max_tokens_cap, round(o * s.scale))), n))
     t0 = min((t.at_s for t in turns), default=0.0)
     return [Turn(t.session, t.index, t.at_s - t0, t.prompt, t.max_tokens, t.trace_tokens) for t in turns]
