@@ -17,6 +17,7 @@ from markupsafe import Markup
 from ..manifest import Entry, read_manifest
 from ..numbers import Number, atomic_write_text, load_registry
 from .env import Renderer
+from .literals import refuse_literals
 
 
 def build_stamp(commit: str, dirty: bool, snakemake_version: str) -> dict[str, str]:
@@ -113,7 +114,9 @@ RESERVED_INPUTS = {"numbers", "ledger", "manifest", "template_files", "code"}
 
 
 def render_from_snakemake(smk: Any, templates: str = "paper/templates", page_template: str = "page.html.j2") -> dict[str, list[str]]:
-    """The render rules' body: every named input that is not a registry file is a figure."""
+    """The render rules' body: every named input that is not a registry file is a figure.
+    A template with a typed number stops the rule before anything is written."""
+    refuse_literals(templates)
     registry = load_registry(smk.input.numbers)
     ledger = json.loads(Path(smk.input.ledger).read_text(encoding="utf-8"))
     figures = {k: str(v) for k, v in smk.input.items() if k not in RESERVED_INPUTS}

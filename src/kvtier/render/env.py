@@ -1,7 +1,13 @@
 """The Jinja2 environment: StrictUndefined, registry lookups, unit-aware filters, figures.
 
 Templates reach numbers only as `n.<key>` and print them only through a filter; in HTML
-each printed number links to its entry in the provenance appendix.
+each printed number links to its entry in the provenance page.
+
+Everything a template prints that is not our own markup (manifest descriptions and paths,
+config titles, stamps: text a harness user can choose with `--setup` or `--run-id`) is
+escaped twice over: as HTML, and as Markdown, because the templates' output goes through a
+Markdown converter that would otherwise turn `[x](javascript:...)` or a `|` into markup.
+Only the template source, the filters' links and the figures are trusted (`Markup`).
 """
 
 from __future__ import annotations
@@ -17,6 +23,22 @@ from markupsafe import Markup
 
 from ..numbers import Number
 from . import formats
+
+# Markdown's active characters, written as character references so the converter shows them
+# as text (a reference is never markup). `_` is left alone: it is common in paths, and
+# Python-Markdown does not emphasise inside words.
+_MD_ACTIVE = {"\\": "&#92;", "`": "&#96;", "*": "&#42;", "[": "&#91;", "]": "&#93;", "|": "&#124;", "!": "&#33;"}
+
+
+def escape_untrusted(value: Any) -> Markup:
+    """A value from records or config, made inert for both HTML and Markdown."""
+    if isinstance(value, Markup) or hasattr(value, "__html__"):
+        return Markup(value)
+    text = html.escape(str(value), quote=True).replace("&#x27;", "'")
+    for ch, ref in _MD_ACTIVE.items():
+        text = text.replace(ch, ref)
+    return Markup(text)
+
 
 FILTERS: dict[str, Callable[..., str]] = {
     "count": formats.count, "num": formats.num, "pct": formats.pct, "seconds": formats.seconds,
@@ -63,7 +85,8 @@ class Renderer:
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(str(templates)),
             undefined=jinja2.StrictUndefined,
-            autoescape=False,
+            autoescape=True,
+            finalize=escape_untrusted,
             keep_trailing_newline=True,
             trim_blocks=True,
             lstrip_blocks=True,
@@ -93,7 +116,7 @@ class Renderer:
             if text not in seen:
                 seen.append(text)
             if self.mode == "md":
-                return text
+                return text  # plain: printed through escape_untrusted, and a caption stays plain text
             title = f"{value.key} = {value.value} {value.unit} (rule {value.rule})"
             return Markup(f'<a class="num" href="#n-{html.escape(value.key)}" title="{html.escape(title)}">{html.escape(text)}</a>')
         return filt
@@ -107,7 +130,7 @@ class Renderer:
             raise KeyError(f"figure {name!r} is not an input of the render rule")
         path = Path(self.figures[name])
         if self.mode == "md":
-            return f"![{name}]({self.figure_base}/{path.name})\n\n{caption}\n"
+            return Markup(f"![{name}]({self.figure_base}/{path.name})\n\n{caption}\n")
         caption = Markup(markdown.markdown(caption).removeprefix("<p>").removesuffix("</p>"))
         mime = {".svg": "image/svg+xml", ".png": "image/png"}[path.suffix]
         data = base64.b64encode(path.read_bytes()).decode()
@@ -116,9 +139,10 @@ class Renderer:
             f"<figcaption>{caption}</figcaption></figure>\n"
         )
 
-    def placeholder(self, title: str, waiting_for: str) -> str:
-        return (f"> **Not yet computed: {title}.** The analysis behind this section has not landed yet "
-                f"({waiting_for}); its numbers are listed as *not yet computed* in the claims report.\n")
+    def placeholder(self, title: str, waiting_for: str) -> Markup:
+        return Markup(f"> **Not yet computed: {escape_untrusted(title)}.** The analysis behind this section has not "
+                      f"landed yet ({escape_untrusted(waiting_for)}); its numbers are listed as *not yet computed* "
+                      "in the claims report.\n")
 
     def render(self, template: str, **ctx: Any) -> str:
         return self.env.get_template(template).render(**ctx)
