@@ -18,6 +18,9 @@ rule production_numbers:
         host=PROD["host"],
         headroom=PROD["headroom"],
         coldreads=PROD["coldreads"],
+        # the restore correction is measured by the eviction test on the same server
+        evict_requests="results/tidy/eviction_requests.csv",
+        evict_runs="results/tidy/eviction_runs.csv",
         manifest=MANIFEST,
     output:
         numbers="results/numbers/production.json",
@@ -61,12 +64,14 @@ rule production_fig1b:
         code=PACKAGE_CODE,
         restores="results/tidy/production_restores.csv",
         coldreads=PROD["coldreads"],
+        numbers="results/numbers/production.json",
         manifest=MANIFEST,
     output:
         svg=report("figures/fig1b.svg", caption="../report/fig1b.rst", category="The note"),
         bins="results/tidy/production_fig1b_bins.csv",
     params:
         bins=PROD["figure_bins"],
+        top_step=PROD["figure_top_step"],
     log:
         "logs/production_fig1b.log",
     benchmark:

@@ -60,6 +60,7 @@ def measured_rows(run: Run) -> list[dict[str, Any]]:
                     "blocks_served": c["blocks_served"], "block_tokens": c["block_tokens"], "evicted": c["evicted"], "recomputed": c["recomputed"],
                     "codes_expected": len(codes), "codes_found": len(find_codes(rec.get("answer") or "", codes)),
                     "kv_cache_tokens": before.kv_cache_tokens(), "pool_bytes": after.offload_pool_bytes(),
+                    "run_dir": run.dir.as_posix(), "metrics_before": rec["metrics_before"], "metrics_after": rec["metrics_after"],
                 })
     return rows
 
