@@ -71,6 +71,7 @@ rule render_lab:
     output:
         md="paper/lab.md",
         html="paper/lab.html",
+        prov="paper/lab.provenance.html",
         used="results/rendered/lab.used.json",
     params:
         template="lab.md.j2",

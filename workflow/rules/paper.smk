@@ -35,6 +35,7 @@ rule render_note:
     output:
         md="paper/note.md",
         html="paper/note.html",
+        prov="paper/note.provenance.html",
         used="results/rendered/note.used.json",
     params:
         template="note.md.j2",

@@ -85,6 +85,7 @@ def run_summary(run: Run, rows: pd.DataFrame) -> dict[str, Any]:
         "prompt_tokens": int(run.meta["conversation"]["prompt_tokens"]),
         "target_tokens": int(run.meta["plan"]["target_tokens"]), "evictors": int(run.meta["plan"]["evictors"]),
         "codes": len(run.meta["conversation"]["codes"]), "health_wait_s": server.get("health_wait_s"),
+        "run_dir": run.dir.as_posix(),
     }
 
 
@@ -135,10 +136,28 @@ def table1(reqs: pd.DataFrame, runs: pd.DataFrame, setups: list[str]) -> pd.Data
     return pd.DataFrame(out)
 
 
+def run_files(reqs: pd.DataFrame, runs: pd.DataFrame, names: Any, meta_only: bool = False) -> list[str]:
+    """The raw files of these runs that the analysis reads: run.yaml, requests.jsonl and the
+    snapshots around each measured request (run.yaml alone for facts the run declares)."""
+    out: set[str] = set()
+    names = set(names)
+    for d in runs.loc[runs.run.isin(names), "run_dir"]:
+        out.add(f"{d}/run.yaml")
+        if not meta_only:
+            out.add(f"{d}/requests.jsonl")
+    if not meta_only:
+        for r in reqs[reqs.run.isin(names)].itertuples(index=False):
+            out.update((f"{r.run_dir}/{r.metrics_before}", f"{r.run_dir}/{r.metrics_after}"))
+    return sorted(out)
+
+
 def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setups: list[str], selftest: str | None) -> pd.DataFrame:
+    """Register Table 1's numbers and the aggregates; each lists the raw files of the runs it
+    rests on (writer.reading), so setup A's numbers do not cite setup C or the self-test."""
     t = table1(reqs, runs, setups)
     for row in t.itertuples(index=False):
         p = f"evict.{row.setup}."
+        writer.reading(*run_files(reqs, runs, [row.run]))
         writer.add(p + "ttft.cold", row.ttft_cold_s, "s")
         writer.add(p + "ttft.hit", row.ttft_hit_s, "s")
         writer.add(p + "ttft.restore", row.ttft_restore_s, "s")
@@ -154,15 +173,17 @@ def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setups
             writer.add(p + "blocks_moved", int(row.blocks_moved), "blocks")
         if not pd.isna(row.blocks_served):
             writer.add(p + "blocks_served", int(row.blocks_served), "blocks")
-        if row.gpu_memory_bytes:
-            writer.add(p + "gpu_memory", row.gpu_memory_bytes, "B")
-        if pd.notna(row.model_params):
-            writer.add(p + "model_params", int(row.model_params), "count")
         if row.kv_cache_tokens:
             writer.add(p + "gpu_pool_tokens", int(row.kv_cache_tokens), "tokens")
         if row.ram_pool_bytes:
             writer.add(p + "ram_pool", row.ram_pool_bytes, "B")
+        writer.reading(*run_files(reqs, runs, [row.run], meta_only=True))  # what run.yaml declares
+        if row.gpu_memory_bytes:
+            writer.add(p + "gpu_memory", row.gpu_memory_bytes, "B")
+        if pd.notna(row.model_params):
+            writer.add(p + "model_params", int(row.model_params), "count")
     scope = runs[runs.setup.isin(setups)]
+    writer.reading(*run_files(reqs, runs, t.run))
     codes = set(t.codes)
     if len(codes) != 1:
         raise ValueError(f"runs of Table 1 hide different numbers of codes: {sorted(codes)}")
@@ -173,9 +194,11 @@ def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setups
         writer.add("evict.block_tokens", block.pop(), "tokens", note="offloaded block size of the Table 1 runs")
     writer.add("evict.restored_requests", int(t.restored_requests.sum()), "requests")
     writer.add("evict.restored_with_codes", int(t.restored_with_codes.sum()), "requests")
+    writer.reading(*run_files(reqs, runs, scope.run))  # counted over every run of the setups
     writer.add("evict.excluded_runs", int(scope.excluded.sum()), "count", note="complete runs whose cold read missed a code")
     writer.add("evict.runs_per_setup", int(per_setup.max()), "count",
                note="valid runs per setup" + ("" if per_setup.nunique() == 1 else f" (differs: {per_setup.to_dict()})"))
+    writer.reading(*run_files(reqs, runs, t.run))
     writer.add("evict.prompt_tokens", float(t.prompt_tokens.mean()), "tokens", note="mean conversation length over the setups")
     targets = set(t.target_tokens)
     if len(targets) == 1:
@@ -195,6 +218,7 @@ def _selftest_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setup
     r = done.iloc[-1]
     cold, hit, rest = (_phase(reqs, r.run, p, k) for p, k in (("cold", 0), ("hit", 0), ("restore", 1)))
     p = f"evict.{setup}."
+    writer.reading(*run_files(reqs, runs, [r.run]))
     writer.add(p + "ttft.cold", cold.ttft_s, "s")
     writer.add(p + "ttft.hit", hit.ttft_s, "s")
     writer.add(p + "ttft.restore", rest.ttft_s, "s")

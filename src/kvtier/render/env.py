@@ -40,6 +40,11 @@ def escape_untrusted(value: Any) -> Markup:
     return Markup(text)
 
 
+def breakable(text: Any) -> Markup:
+    """A long key or path that may wrap after its dots and slashes instead of overflowing."""
+    return Markup(str(escape_untrusted(text)).replace(".", ".<wbr>").replace("/", "/<wbr>"))
+
+
 FILTERS: dict[str, Callable[..., str]] = {
     "count": formats.count, "num": formats.num, "pct": formats.pct, "seconds": formats.seconds,
     "ms": formats.ms, "us": formats.us, "minutes": formats.minutes, "hours": formats.hours,
@@ -74,11 +79,14 @@ class Renderer:
 
     def __init__(self, templates: str | Path, registry: dict[str, Number], mode: str,
                  figures: dict[str, str] | None = None, context: dict[str, Any] | None = None,
-                 figure_base: str = "../figures"):
+                 figure_base: str = "../figures", classes: dict[str, frozenset[str]] | None = None,
+                 prov_href: str = ""):
         if mode not in ("md", "html"):
             raise ValueError(mode)
         self.mode = mode
         self.registry = registry
+        self.classes = classes or {}
+        self.prov_href = prov_href
         self.figures = figures or {}
         self.figure_base = figure_base
         self.used: dict[str, list[str]] = {}
@@ -97,6 +105,11 @@ class Renderer:
             n=Namespace(registry),
             has=self.has,
             figure=self.figure,
+            record_class=self.record_class,
+            measured=lambda *nums: self.record_class(*nums) == "measured",
+            replica=lambda *nums: self.record_class(*nums) == "replica",
+            said=self.said,
+            breakable=breakable,
             placeholder=self.placeholder,
             mode=mode,
             **(context or {}),
@@ -118,8 +131,33 @@ class Renderer:
             if self.mode == "md":
                 return text  # plain: printed through escape_untrusted, and a caption stays plain text
             title = f"{value.key} = {value.value} {value.unit} (rule {value.rule})"
-            return Markup(f'<a class="num" href="#n-{html.escape(value.key)}" title="{html.escape(title)}">{html.escape(text)}</a>')
+            rests_on = self.classes.get(value.key, frozenset())
+            css = "num replica" if rests_on == {"replica"} else "num part-replica" if "replica" in rests_on else "num"
+            if rests_on == {"replica"}:
+                title += "; replica records only"
+            href = f"{self.prov_href}#n-{value.key}"
+            return Markup(f'<a class="{css}" href="{html.escape(href)}" title="{html.escape(title)}">{html.escape(text)}</a>')
         return filt
+
+    def record_class(self, *numbers: Any) -> str:
+        """The class of the raw records these numbers rest on: measured, published or replica
+        when all share one, 'mixed' when they differ, 'settings' when none (config only).
+        Templates choose sentences about who did what with it."""
+        found: set[str] = set()
+        for num in numbers:
+            if isinstance(num, jinja2.Undefined):
+                num._fail_with_undefined_error()  # type: ignore[attr-defined]
+            if not isinstance(num, Number):
+                raise TypeError(f"record_class needs registry numbers, got {num!r}")
+            found |= self.classes.get(num.key, frozenset())
+        if not found:
+            return "settings"
+        return found.pop() if len(found) == 1 else "mixed"
+
+    def said(self, *numbers: Any) -> str:
+        """How the text may call a value: 'measured' only when its records were measured."""
+        return {"measured": "measured", "replica": "in the replica records", "published": "as published"}.get(
+            self.record_class(*numbers), "recorded")
 
     def has(self, prefix: str) -> bool:
         """True once an analysis has registered numbers under this prefix."""
