@@ -9,7 +9,7 @@ LAB_RUN = LAB["records"]
 LAB_SNAPSHOTS = ["0_start", "1_first", "2_second", "3_reverse"]
 
 NUMBERS.append("results/numbers/lab.json")
-EXTRA_TARGETS.extend(["paper/lab.md", "paper/lab.html"])
+EXTRA_TARGETS.extend(["paper/lab.md", "paper/lab.html", "results/tables/lab_ttft.csv"])
 
 
 rule lab_numbers:
@@ -38,6 +38,24 @@ rule lab_numbers:
         ANALYSIS_ENV
     script:
         "../scripts/lab_numbers.py"
+
+
+rule lab_table:
+    message:
+        "Lab table: median and mean time to first token per setup and pass"
+    input:
+        code=PACKAGE_CODE,
+        numbers="results/numbers/lab.json",
+    output:
+        csv=report("results/tables/lab_ttft.csv", caption="../report/lab_table.rst", category="The lab"),
+    log:
+        "logs/lab_table.log",
+    benchmark:
+        "results/benchmarks/lab_table.tsv"
+    conda:
+        ANALYSIS_ENV
+    script:
+        "../scripts/lab_table.py"
 
 
 rule lab_figure:

@@ -60,7 +60,7 @@ rule claims_report:
         note_printed="results/rendered/note.used.json",
         lab_printed="results/rendered/lab.used.json",
     output:
-        md="results/claims.md",
+        md=report("results/claims.md", caption="../report/claims.rst", category="Claims"),
         csv="results/claims.csv",
     log:
         "logs/claims_report.log",

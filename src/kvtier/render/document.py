@@ -77,9 +77,21 @@ def provenance_rows(used: dict[str, list[str]], ledger: dict) -> list[dict[str, 
         rows.append({
             "key": key, "printed": " / ".join(used[key]), "value": e.get("value", ""), "unit": e.get("unit", ""),
             "rule": e.get("rule", ""), "rule_at": e.get("rule_at", ""), "script": e.get("script", ""),
-            "classes": classes or ["settings"], "raw": e.get("raw", []), "note": e.get("note", ""),
+            "classes": classes or ["settings"], "raw": e.get("raw", []), "folders": _by_folder(e.get("raw", [])),
+            "note": e.get("note", ""),
         })
     return rows
+
+
+def _by_folder(raw: list[dict]) -> list[dict[str, Any]]:
+    """Raw files grouped under their run or record folder, so a row reads as a folder and names."""
+    groups: dict[str, list[dict]] = {}
+    for r in raw:
+        parts = r["path"].split("/")
+        cut = next((i for i, part in enumerate(parts) if part == "metrics"), len(parts) - 1)
+        folder = "/".join(parts[:cut]) + "/"
+        groups.setdefault(folder, []).append({**r, "name": r["path"][len(folder):]})
+    return [{"folder": f, "files": files} for f, files in groups.items()]
 
 
 def render_document(
