@@ -132,12 +132,13 @@ def render_document(
     return hr.used
 
 
-_CAPTIONED_TABLE = re.compile(r"<p>(<strong>Table [^<]*</strong>.*?)</p>\s*(<table>.*?</table>)", re.S)
+_CAPTIONED_TABLE = re.compile(r"<p>(<strong>Table [^<]*</strong>.*?)</p>((?:\s*<table>.*?</table>)+)", re.S)
 
 
 def keep_captions_with_tables(body: str) -> str:
-    """A paragraph that opens with **Table N.** followed by its table becomes one <figure> with
-    a <figcaption>, so print keeps the caption with the table and screens can scroll it alone."""
+    """A paragraph that opens with **Table N.** followed by its table(s) becomes one <figure>
+    with a <figcaption>, so print keeps the caption with its tables and a wide table scrolls
+    inside its own box instead of the page."""
     return _CAPTIONED_TABLE.sub(r'<figure class="table"><figcaption>\1</figcaption>\n<div class="scroll">\2</div></figure>', body)
 
 
