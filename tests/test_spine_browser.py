@@ -53,6 +53,19 @@ def test_pdf_rule(built_repo: Path) -> None:
     assert pdf.stat().st_size > 10_000
 
 
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
+def test_pdf_keeps_each_table_caption_on_the_page_of_its_table(built_repo: Path) -> None:
+    pypdf = pytest.importorskip("pypdf", reason="pypdf reads the printed pages (pip install pypdf)")
+    pdf = built_repo / "paper/note.pdf"
+    if not pdf.exists():
+        snakemake(built_repo, "paper/note.pdf")
+    pages = [p.extract_text() for p in pypdf.PdfReader(pdf).pages]
+    for caption, first_row in (("Table 1.", "GPU memory"), ("Table 2.", "From GPU memory")):
+        (page,) = [t for t in pages if caption in t]
+        assert first_row in page.split(caption, 1)[1], f"{caption} is printed on a page without its table"
+
+
 # A phone, a laptop, and print (A4 at 96 px per inch less Chromium's default margins).
 WIDTHS = [(390, "screen"), (1280, "screen"), (718, "print")]
 LAYOUT = """() => {

@@ -19,8 +19,10 @@ log.info("restore correction: %d blocks (%s; eviction test gives %s)", correctio
          "config override" if correction.overridden else "derived", correction.derived)
 tables = analyse(records, smk.input.coldreads, settings, smk.input.headroom, writer, correction)
 writer.write(smk.output.numbers)
-raw = [smk.input.metrics, smk.input.log, smk.input.host, smk.input.coldreads, *correction.files]
-for name in ("restores", "repairs", "hours"):
+# each table's sidecar names what it was built from, so numbers computed from it list only that
+read = {"restores": [smk.input.metrics, smk.input.log, smk.input.coldreads, *correction.files],
+        "repairs": [smk.input.log], "hours": [smk.input.log, smk.input.host]}
+for name, raw in read.items():
     tables[name].to_csv(smk.output[name], index=False)
     write_sidecar(smk.output[name], smk.rule, raw)
 log.info("wrote %d numbers, %d visible restores, %d repairs", len(writer.numbers), len(tables["restores"]),
