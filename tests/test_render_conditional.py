@@ -152,3 +152,28 @@ def test_replica_only_numbers_carry_a_class_in_html(raw_copy: Path) -> None:
     out = r.render("t.j2")
     assert out.startswith('<a class="num replica" href="note.provenance.html#n-evict.A.gpu_memory"')
     assert "replica records only" in out
+
+
+def _prod(override: int | None) -> dict:
+    from kvtier.production.correction import derive
+    from kvtier.production.pipeline import analyse as prod_analyse, ingest
+
+    reqs, runs = analysis.load(sorted(Path("raw/eviction").glob("*/*")), RUN_SCHEMA, REQUEST_SCHEMA)
+    raw = Path("raw/production/C")
+    settings = {"restore_extra_blocks": override, "large_restore_tokens": 100_000, "huge_restore_tokens": 500_000,
+                "prompt_edges": [200_000, 500_000], "ttft_fast_s": 1.0, "ttft_slow_s": 20.0,
+                "deferred_threshold_s": 5.0, "top_hours": 2, "pcie_gen5_x16_bytes_per_s": 63.0e9}
+    w = NumbersWriter("prod", "test", [])
+    prod_analyse(ingest(raw / "metrics.prom", raw / "server.log", raw / "host.yaml"), raw / "coldreads.csv", settings,
+                 raw / "headroom.csv", w, derive(reqs, runs, "C", override))
+    return _registry(w, Path("."))
+
+
+def test_the_note_says_when_config_overrides_the_derived_correction(raw_copy: Path) -> None:
+    evict = _evict()
+    text = _render("sections/setup_production.md.j2", {**evict, **_prod(None)})
+    assert ("We size a restore as the blocks it moved less four, the blocks the server moves beyond those that serve "
+            "tokens, as the replica eviction-test records of this server give them (131 moved for 127 served)") in text
+    text = _render("sections/setup_production.md.j2", {**evict, **_prod(3)})
+    assert ("We size a restore as the blocks it moved less three, a number set in the configuration, where the eviction "
+            "test on this server gives four;") in text
