@@ -64,6 +64,7 @@ rule lab_figure:
     input:
         code=PACKAGE_CODE,
         requests="results/tidy/lab_requests.csv",
+        manifest=MANIFEST,
     output:
         svg=report("figures/lab_ttft.svg", caption="../report/lab_ttft.rst", category="The lab"),
     log:

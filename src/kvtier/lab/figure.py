@@ -15,10 +15,11 @@ TITLES = {"vllm": "vLLM alone", "lmcache": "vLLM with LMCache"}
 PASS_NAMES = {"first": "first read", "second": "same order again", "reverse": "reverse"}
 
 
-def ttft_figure(table: pd.DataFrame, out: str | Path) -> None:
+def ttft_figure(table: pd.DataFrame, out: str | Path, bar_label: str = "measured") -> None:
     """One panel per setup, stacked so the figure stays legible in a narrow column; requests
     in the order sent, passes side by side; log-scaled TTFT. Document ids are the x tick
-    labels, dark on white, at the size of the other labels."""
+    labels, dark on white, at the size of the other labels. `bar_label` names the bars'
+    records: "measured" only when they were."""
     fig, axes = plt.subplots(2, 1, figsize=(7.2, 5.6), sharey=True)
     for ax, setup in zip(axes, TITLES):
         g = table[table["setup"].eq(setup)]
@@ -28,7 +29,7 @@ def ttft_figure(table: pd.DataFrame, out: str | Path) -> None:
         for p, name in PASS_NAMES.items():
             s = g[g["pass"].eq(p)].sort_values("order")
             x = list(range(x0, x0 + len(s)))
-            ax.bar(x, s["ttft_ms"], color="#4c72b0", width=0.75, label="measured" if p == "first" else None)
+            ax.bar(x, s["ttft_ms"], color="#4c72b0", width=0.75, label=bar_label if p == "first" else None)
             ax.scatter(x, s["predicted_ms"], marker="_", s=140, color="#dd8452", linewidths=2,
                        label="simulator + per-outcome costs" if p == "first" else None, zorder=3)
             ticks += x
