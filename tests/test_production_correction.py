@@ -109,3 +109,16 @@ def test_figure_top_edge_follows_the_data_and_max_model_len() -> None:
     bins = restore_histogram(restores, figure_edges(edges, 950_000, 1_000_000, 100e3),
                              model_from_csv(REPO / "raw/production/C/coldreads.csv"))
     assert int(bins["restores"].sum()) == 2 and bins["upper"].iloc[-1] == 1_000_000
+
+
+def test_from_records_reads_only_the_setups_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvtier.production.correction import from_records
+
+    _copy(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    schemas = (REPO / "workflow/schemas/eviction-run.schema.yaml", REPO / "workflow/schemas/eviction-request.schema.yaml")
+    c = from_records(sorted(Path("raw/eviction/C").glob("*")), *schemas, "C", None)
+    assert c.blocks == _independent_extra(REPO / RUN_C)
+    with pytest.raises(RawRecordError, match="raw/eviction/B: no valid eviction run of setup B"):
+        from_records([], *schemas, "B", None)
+    assert from_records([], *schemas, "B", 4).blocks == 4

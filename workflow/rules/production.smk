@@ -18,9 +18,11 @@ rule production_numbers:
         host=PROD["host"],
         headroom=PROD["headroom"],
         coldreads=PROD["coldreads"],
-        # the restore correction is measured by the eviction test on the same server
-        evict_requests="results/tidy/eviction_requests.csv",
-        evict_runs="results/tidy/eviction_runs.csv",
+        # the restore correction is measured by the eviction test on the same server: its pinned
+        # records are read directly (not the eviction rule's tables), so both rules run in parallel
+        evict_records=EVICT_RECORDS,
+        run_schema="workflow/schemas/eviction-run.schema.yaml",
+        request_schema="workflow/schemas/eviction-request.schema.yaml",
         manifest=MANIFEST,
     output:
         numbers="results/numbers/production.json",

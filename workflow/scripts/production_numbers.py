@@ -1,7 +1,8 @@
 """Rule production_numbers: setup C raw records -> results/numbers/production.json + tidy tables."""
-import pandas as pd
+from pathlib import Path
 
-from kvtier.production.correction import derive
+from kvtier.eviction.records import find_runs
+from kvtier.production.correction import from_records
 from kvtier.production.pipeline import analyse, ingest
 from kvtier.provenance import write_sidecar
 from kvtier.snake import begin, numbers_writer
@@ -13,8 +14,11 @@ records = ingest(smk.input.metrics, smk.input.log, smk.input.host)
 for r in records.repairs:
     log.warning("data contract repair: %s lines %d-%d: %s", r.path, r.first_line, r.last_line, r.detail)
 settings = dict(smk.params.settings)
-correction = derive(pd.read_csv(smk.input.evict_requests), pd.read_csv(smk.input.evict_runs),
-                    str(records.host.get("setup", "C")), settings.get("restore_extra_blocks"), smk.input.evict_requests)
+setup = str(records.host.get("setup", "C"))
+# the eviction runs of the production setup only, read and judged by the eviction analysis itself
+run_dirs = [d for d in find_runs(list(smk.input.evict_records)) if d.parent.name == setup]
+correction = from_records(run_dirs, Path(smk.input.run_schema), Path(smk.input.request_schema), setup,
+                          settings.get("restore_extra_blocks"))
 log.info("restore correction: %d blocks (%s; eviction test gives %s)", correction.blocks,
          "config override" if correction.overridden else "derived", correction.derived)
 tables = analyse(records, smk.input.coldreads, settings, smk.input.headroom, writer, correction)

@@ -60,3 +60,17 @@ def derive(requests: pd.DataFrame, runs: pd.DataFrame, setup: str, override: int
                                      "set production.restore_extra_blocks")
     blocks = int(override) if override is not None else int(derived)  # type: ignore[arg-type]
     return Correction(blocks, derived, override is not None, len(rows), tuple(sorted(set(files))))
+
+
+def from_records(run_dirs: list[Path], run_schema: Path, request_schema: Path, setup: str,
+                 override: int | None) -> Correction:
+    """The correction from the setup's eviction-run folders, read and judged by the eviction
+    analysis itself (no runs at all: only an override can give it)."""
+    from ..eviction.analysis import load
+
+    if run_dirs:
+        requests, runs = load(run_dirs, run_schema, request_schema)
+    else:
+        requests = pd.DataFrame(columns=["setup", "run", "phase", "round", "blocks_moved", "blocks_served"])
+        runs = pd.DataFrame(columns=["setup", "run", "valid"])
+    return derive(requests, runs, setup, override, f"raw/eviction/{setup}")
