@@ -1,4 +1,6 @@
-"""A real browser: the note renders in headless Chromium with every figure loaded; PDF rule."""
+"""A real browser: the note renders in headless Chromium with every figure loaded; its layout
+holds at phone, laptop and print widths; every number links to a row of the provenance page;
+PDF rule."""
 
 from __future__ import annotations
 
@@ -38,7 +40,8 @@ def test_page_renders_with_every_figure(built_repo: Path, page: str) -> None:
     assert not errors
     assert all(ok for _, ok in images), images
     assert links > 0  # numbers link to their provenance
-    figures = (built_repo / page).read_text().count("<figure")
+    text = (built_repo / page).read_text()
+    figures = text.count("<figure") - text.count('<figure class="table"')  # tables have captions, not images
     assert len(images) == figures
 
 
@@ -48,3 +51,87 @@ def test_pdf_rule(built_repo: Path) -> None:
     pdf = built_repo / "paper/note.pdf"
     assert pdf.read_bytes()[:5] == b"%PDF-"
     assert pdf.stat().st_size > 10_000
+
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
+def test_pdf_keeps_each_table_caption_on_the_page_of_its_table(built_repo: Path) -> None:
+    pypdf = pytest.importorskip("pypdf", reason="pypdf reads the printed pages (pip install pypdf)")
+    pdf = built_repo / "paper/note.pdf"
+    if not pdf.exists():
+        snakemake(built_repo, "paper/note.pdf")
+    pages = [p.extract_text() for p in pypdf.PdfReader(pdf).pages]
+    for caption, first_row in (("Table 1.", "GPU memory"), ("Table 2.", "From GPU memory")):
+        (page,) = [t for t in pages if caption in t]
+        assert first_row in page.split(caption, 1)[1], f"{caption} is printed on a page without its table"
+
+
+# A phone, a laptop, and print (A4 at 96 px per inch less Chromium's default margins).
+WIDTHS = [(390, "screen"), (1280, "screen"), (718, "print")]
+LAYOUT = """() => {
+  const body = document.body, cs = getComputedStyle(body), br = body.getBoundingClientRect();
+  const left = br.left + parseFloat(cs.paddingLeft), right = br.right - parseFloat(cs.paddingRight);
+  const doc = document.documentElement, outside = [], uncaptioned = [], breaking = [];
+  for (const el of document.querySelectorAll('table, figure, img, svg, pre, p, li, h1, h2, blockquote')) {
+    const r = el.getBoundingClientRect();
+    if (r.width && (r.left < left - 1 || r.right > right + 1))
+      outside.push(`${el.tagName} ${Math.round(r.left)}..${Math.round(r.right)} not in ${Math.round(left)}..${Math.round(right)}: ${el.textContent.slice(0, 60)}`);
+  }
+  for (const t of document.querySelectorAll('table')) {
+    const prev = t.closest('figure.table');
+    const before = t.previousElementSibling;
+    if (!prev && before && before.tagName === 'P' && /^Table \\d/.test(before.textContent)) uncaptioned.push(before.textContent.slice(0, 40));
+  }
+  for (const f of document.querySelectorAll('figure')) {
+    const b = getComputedStyle(f).breakInside;
+    if (matchMedia('print').matches && b !== 'avoid') breaking.push(f.id || f.textContent.slice(0, 40));
+  }
+  const tables = [...document.querySelectorAll('figure.table')].map(f => !!f.querySelector(':scope > figcaption') && !!f.querySelector('table'));
+  return {scroll: doc.scrollWidth - doc.clientWidth, outside, uncaptioned, breaking, tables};
+}"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
+@pytest.mark.parametrize("width,media", WIDTHS, ids=[f"{w}-{m}" for w, m in WIDTHS])
+@pytest.mark.parametrize("page", ["paper/note.html", "paper/lab.html", "paper/note.provenance.html"])
+def test_layout_at_phone_laptop_and_print_widths(built_repo: Path, page: str, width: int, media: str) -> None:
+    """No sideways scroll, every table and figure inside the text column, captions kept with
+    their tables (one <figure> that print does not split)."""
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        tab = browser.new_page(viewport={"width": width, "height": 900})
+        tab.emulate_media(media=media)
+        tab.goto((built_repo / page).as_uri())
+        tab.wait_for_load_state("load")
+        got = tab.evaluate(LAYOUT)
+        browser.close()
+    assert got["scroll"] <= 0, f"{page} scrolls sideways by {got['scroll']} px at {width} px ({media})"
+    assert not got["outside"], got["outside"][:5]
+    assert not got["uncaptioned"], got["uncaptioned"]
+    assert all(got["tables"]), got["tables"]
+    assert not got["breaking"], got["breaking"]
+    if page == "paper/note.html":
+        assert len(got["tables"]) >= 2  # Table 1 and Table 2, each with its caption
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
+@pytest.mark.parametrize("doc", ["note", "lab"])
+def test_every_number_links_to_a_row_of_the_provenance_page(built_repo: Path, doc: str) -> None:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        tab = browser.new_page(viewport={"width": 1280, "height": 900})
+        tab.goto((built_repo / f"paper/{doc}.html").as_uri())
+        hrefs = tab.eval_on_selector_all("a.num", "els => els.map(e => e.getAttribute('href'))")
+        height = tab.evaluate("document.documentElement.scrollHeight")
+        tab.goto((built_repo / f"paper/{doc}.provenance.html").as_uri())
+        ids = set(tab.eval_on_selector_all("tbody tr", "els => els.map(e => e.id)"))
+        tab.fill("#q", "raw/eviction/C")  # the search box filters rows
+        shown = tab.eval_on_selector_all("tbody tr", "els => els.filter(e => !e.hidden).length")
+        browser.close()
+    assert hrefs and all(h.startswith(f"{doc}.provenance.html#n-") for h in hrefs)
+    assert {h.split("#", 1)[1] for h in hrefs} <= ids
+    assert height < 40_000  # the note itself stays short: provenance is one click away
+    if doc == "note":
+        assert 0 < shown < len(ids)

@@ -93,3 +93,13 @@ def test_svg_figures_are_byte_identical_across_saves(tmp_path: Path) -> None:
         return path.read_bytes()
 
     assert draw(tmp_path / "a.svg") == draw(tmp_path / "b.svg")
+
+
+def test_captions_are_kept_with_their_tables() -> None:
+    from kvtier.render.document import keep_captions_with_tables
+
+    body = ("<p><strong>Table 2.</strong> Counters.</p>\n<table><tr><td>a</td></tr></table>\n"
+            "<table><tr><td>b</td></tr></table>\n<p>After.</p>")
+    out = keep_captions_with_tables(body)
+    assert out.startswith('<figure class="table"><figcaption><strong>Table 2.</strong> Counters.</figcaption>')
+    assert out.count("<table>") == 2 and out.index("</figure>") > out.rindex("</table>") and out.endswith("<p>After.</p>")

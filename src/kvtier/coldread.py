@@ -95,6 +95,8 @@ def coldread_numbers(table: str | Path, host_yaml: str | Path, above_last: str, 
     """Register the timed points as printed and how long before the period they were timed."""
     t = read_coldreads(table)
     model = ColdReadModel(t["prompt_tokens"].to_numpy(), t["ttft_s"].to_numpy(), above_last)
+    if hasattr(writer, "reading"):
+        writer.reading(table)  # the timed points come from the table alone
     writer.add("coldread.count", len(t), "count")
     for i, row in enumerate(t.itertuples(index=False), start=1):
         writer.add(f"coldread.p{i}.tokens", int(row.prompt_tokens), "tokens")
@@ -103,7 +105,11 @@ def coldread_numbers(table: str | Path, host_yaml: str | Path, above_last: str, 
     days = {(start - d).days for d in t["timed_on"]}
     if len(days) != 1:
         raise RawRecordError(table, f"cold reads were timed on different days ({sorted(days)} days before the period)")
+    if hasattr(writer, "reading"):
+        writer.reading(table, host_yaml)
     writer.add("coldread.days_before_period", days.pop(), "days")
+    if hasattr(writer, "reading"):
+        writer.reading(table)
     writer.add("coldread.seconds_per_token_first", float(t["ttft_s"].iloc[0] / t["prompt_tokens"].iloc[0]), "s",
                note="slope through the origin used below the first timed point")
     return model

@@ -54,6 +54,13 @@ class NumbersWriter:
     rule: str
     inputs: Sequence[str]
     numbers: dict[str, dict] = field(default_factory=dict)
+    current: tuple[str, ...] | None = None  # set by reading(): the files the next numbers read
+
+    def reading(self, *paths: str | Path) -> None:
+        """Declare the files the numbers added next are computed from (until the next call), so
+        each number's provenance lists what it read, not every input of its rule. No paths:
+        the numbers that follow come from settings alone."""
+        self.current = tuple(sorted({Path(p).as_posix() for p in paths}))
 
     def add(self, key: str, value: object, unit: str, *, inputs: Iterable[str] | None = None, note: str = "") -> None:
         if not key.startswith(self.topic + "."):
@@ -64,7 +71,8 @@ class NumbersWriter:
             "value": _clean(value, key),
             "unit": unit,
             "rule": self.rule,
-            "inputs": sorted(inputs) if inputs is not None else sorted(map(str, self.inputs)),
+            "inputs": sorted(inputs) if inputs is not None else
+            list(self.current) if self.current is not None else sorted(map(str, self.inputs)),
             "note": note,
         }
 

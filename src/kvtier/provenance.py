@@ -34,10 +34,16 @@ def raw_sources(path: str, seen: set[str] | None = None) -> set[str]:
     if path.startswith("raw/"):
         return {path}
     side = Path(path + SIDECAR)
-    if not side.exists():
+    if side.exists():
+        inputs = json.loads(side.read_text(encoding="utf-8"))["inputs"]
+    elif path.startswith("results/numbers/") and path.endswith(".json") and Path(path).exists():
+        # a numbers file read whole (e.g. targets of a fit): what all its numbers read
+        numbers = json.loads(Path(path).read_text(encoding="utf-8")).get("numbers", {})
+        inputs = sorted({p for d in numbers.values() for p in d.get("inputs", [])})
+    else:
         return set()
     out: set[str] = set()
-    for p in json.loads(side.read_text(encoding="utf-8"))["inputs"]:
+    for p in inputs:
         out |= raw_sources(p, seen)
     return out
 

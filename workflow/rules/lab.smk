@@ -13,7 +13,7 @@ LAB_LIVE = LAB.get("records_cpu")
 if LAB_LIVE:
     NUMBERS.append("results/numbers/lablive.json")
     FIGURES["lab_live"] = "figures/lab_live.svg"
-EXTRA_TARGETS.extend(["paper/lab.md", "paper/lab.html"])
+EXTRA_TARGETS.extend(["paper/lab.md", "paper/lab.html", "results/tables/lab_ttft.csv"])
 
 
 rule lab_numbers:
@@ -44,12 +44,31 @@ rule lab_numbers:
         "../scripts/lab_numbers.py"
 
 
+rule lab_table:
+    message:
+        "Lab table: median and mean time to first token per setup and pass"
+    input:
+        code=PACKAGE_CODE,
+        numbers="results/numbers/lab.json",
+    output:
+        csv=report("results/tables/lab_ttft.csv", caption="../report/lab_table.rst", category="The lab"),
+    log:
+        "logs/lab_table.log",
+    benchmark:
+        "results/benchmarks/lab_table.tsv"
+    conda:
+        ANALYSIS_ENV
+    script:
+        "../scripts/lab_table.py"
+
+
 rule lab_figure:
     message:
         "Lab figure: time to first token per request by pass and setup, measured and predicted"
     input:
         code=PACKAGE_CODE,
         requests="results/tidy/lab_requests.csv",
+        manifest=MANIFEST,
     output:
         svg=report("figures/lab_ttft.svg", caption="../report/lab_ttft.rst", category="The lab"),
     log:
@@ -99,6 +118,7 @@ rule render_lab:
     output:
         md="paper/lab.md",
         html="paper/lab.html",
+        prov="paper/lab.provenance.html",
         used="results/rendered/lab.used.json",
     params:
         template="lab.md.j2",

@@ -35,6 +35,7 @@ rule render_note:
     output:
         md="paper/note.md",
         html="paper/note.html",
+        prov="paper/note.provenance.html",
         used="results/rendered/note.used.json",
     params:
         template="note.md.j2",
@@ -59,7 +60,7 @@ rule claims_report:
         note_printed="results/rendered/note.used.json",
         lab_printed="results/rendered/lab.used.json",
     output:
-        md="results/claims.md",
+        md=report("results/claims.md", caption="../report/claims.rst", category="Claims"),
         csv="results/claims.csv",
     log:
         "logs/claims_report.log",

@@ -20,6 +20,11 @@ rule production_numbers:
         host=PROD["host"],
         headroom=PROD["headroom"],
         coldreads=PROD["coldreads"],
+        # the restore correction is measured by the eviction test on the same server: its pinned
+        # records are read directly (not the eviction rule's tables), so both rules run in parallel
+        evict_records=EVICT_RECORDS,
+        run_schema="workflow/schemas/eviction-run.schema.yaml",
+        request_schema="workflow/schemas/eviction-request.schema.yaml",
         manifest=MANIFEST,
     output:
         numbers="results/numbers/production.json",
@@ -63,12 +68,14 @@ rule production_fig1b:
         code=PACKAGE_CODE,
         restores="results/tidy/production_restores.csv",
         coldreads=PROD["coldreads"],
+        numbers="results/numbers/production.json",
         manifest=MANIFEST,
     output:
         svg=report("figures/fig1b.svg", caption="../report/fig1b.rst", category="The note"),
         bins="results/tidy/production_fig1b_bins.csv",
     params:
         bins=PROD["figure_bins"],
+        top_step=PROD["figure_top_step"],
     log:
         "logs/production_fig1b.log",
     benchmark:

@@ -97,6 +97,7 @@ def measured_rows(run: Run) -> list[dict[str, Any]]:
                         "kv_cache_tokens": before.kv_cache_tokens(), "pool_bytes": after.offload_pool_bytes(),
                         "logprob_max_diff": lp.get("max_abs_diff"), "logprob_passed": lp.get("passed"),
                         "logprob_same_compute": lp.get("same_compute"), "logprob_positions": lp.get("positions"),
+                        "run_dir": run.dir.as_posix(), "metrics_before": rec["metrics_before"], "metrics_after": rec["metrics_after"],
                     })
     return rows
 
@@ -128,6 +129,7 @@ def run_summary(run: Run, rows: pd.DataFrame) -> dict[str, Any]:
         "target_tokens": plan.get("target_tokens"), "evictors": plan.get("evictors"),
         "codes": len(run.meta["conversation"]["codes"]) if run.meta.get("conversation") else None,
         "health_wait_s": server.get("health_wait_s"),
+        "run_dir": run.dir.as_posix(),
     }
 
 
@@ -179,10 +181,28 @@ def table1(reqs: pd.DataFrame, runs: pd.DataFrame, setups: list[str]) -> pd.Data
     return pd.DataFrame(out)
 
 
+def run_files(reqs: pd.DataFrame, runs: pd.DataFrame, names: Any, meta_only: bool = False) -> list[str]:
+    """The raw files of these runs that the analysis reads: run.yaml, requests.jsonl and the
+    snapshots around each measured request (run.yaml alone for facts the run declares)."""
+    out: set[str] = set()
+    names = set(names)
+    for d in runs.loc[runs.run.isin(names), "run_dir"]:
+        out.add(f"{d}/run.yaml")
+        if not meta_only:
+            out.add(f"{d}/requests.jsonl")
+    if not meta_only:
+        for r in reqs[reqs.run.isin(names)].itertuples(index=False):
+            out.update((f"{r.run_dir}/{r.metrics_before}", f"{r.run_dir}/{r.metrics_after}"))
+    return sorted(out)
+
+
 def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setups: list[str], cpu_setup: str | None) -> pd.DataFrame:
+    """Register Table 1's numbers and the aggregates; each lists the raw files of the runs it
+    rests on (writer.reading), so setup A's numbers do not cite setup C or the CPU runs."""
     t = table1(reqs, runs, setups)
     for row in t.itertuples(index=False):
         p = f"evict.{row.setup}."
+        writer.reading(*run_files(reqs, runs, [row.run]))
         writer.add(p + "ttft.cold", row.ttft_cold_s, "s")
         writer.add(p + "ttft.hit", row.ttft_hit_s, "s")
         writer.add(p + "ttft.restore", row.ttft_restore_s, "s")
@@ -198,15 +218,17 @@ def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setups
             writer.add(p + "blocks_moved", int(row.blocks_moved), "blocks")
         if not pd.isna(row.blocks_served):
             writer.add(p + "blocks_served", int(row.blocks_served), "blocks")
-        if row.gpu_memory_bytes:
-            writer.add(p + "gpu_memory", row.gpu_memory_bytes, "B")
-        if pd.notna(row.model_params):
-            writer.add(p + "model_params", int(row.model_params), "count")
         if row.kv_cache_tokens:
             writer.add(p + "gpu_pool_tokens", int(row.kv_cache_tokens), "tokens")
         if row.ram_pool_bytes:
             writer.add(p + "ram_pool", row.ram_pool_bytes, "B")
+        writer.reading(*run_files(reqs, runs, [row.run], meta_only=True))  # what run.yaml declares
+        if row.gpu_memory_bytes:
+            writer.add(p + "gpu_memory", row.gpu_memory_bytes, "B")
+        if pd.notna(row.model_params):
+            writer.add(p + "model_params", int(row.model_params), "count")
     scope = runs[runs.setup.isin(setups)]
+    writer.reading(*run_files(reqs, runs, t.run))
     codes = set(t.codes)
     if len(codes) != 1:
         raise ValueError(f"runs of Table 1 hide different numbers of codes: {sorted(codes)}")
@@ -217,9 +239,11 @@ def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setups
         writer.add("evict.block_tokens", block.pop(), "tokens", note="offloaded block size of the Table 1 runs")
     writer.add("evict.restored_requests", int(t.restored_requests.sum()), "requests")
     writer.add("evict.restored_with_codes", int(t.restored_with_codes.sum()), "requests")
+    writer.reading(*run_files(reqs, runs, scope.run))  # counted over every run of the setups
     writer.add("evict.excluded_runs", int(scope.excluded.sum()), "count", note="complete runs whose cold read missed a code")
     writer.add("evict.runs_per_setup", int(per_setup.max()), "count",
                note="valid runs per setup" + ("" if per_setup.nunique() == 1 else f" (differs: {per_setup.to_dict()})"))
+    writer.reading(*run_files(reqs, runs, t.run))
     writer.add("evict.prompt_tokens", float(t.prompt_tokens.mean()), "tokens", note="mean conversation length over the setups")
     targets = set(t.target_tokens)
     if len(targets) == 1:
@@ -253,6 +277,7 @@ def _cpu_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setup: str
         cold, hit, rest = (rows[rows.phase == ph].sort_values("cycle") for ph in ("cold", "hit", "restore"))
         rest = rest[rest["round"] == 1]
         p = f"evict.{setup}.{tier}."
+        writer.reading(*run_files(reqs, runs, [r.run]))
         writer.add(p + "cycles", int(r.cycles), "count")
         for name, frame in (("cold", cold), ("hit", hit), ("restore", rest)):
             _spread(writer, p + f"ttft.{name}", frame.ttft_s, "s")

@@ -61,6 +61,12 @@ def analyse(inp: LabInputs, w: NumbersWriter) -> LabTables:
     model = read_model(inp.model)
     docs_req = req[req["phase"].eq("doc")].copy()
 
+    # Each group below names the raw files it reads (w.reading), for per-number provenance.
+    R, Q, MO = inp.run, inp.requests, inp.model
+    LOGS = sorted(inp.logs.values())
+    SNAPS = sorted(p.as_posix() for s in SETUPS for p in Path(inp.metrics[s]).glob("*.prom"))
+    SHAPE = [R, Q, *LOGS, *SNAPS]  # the simulator's shape: documents, cache size, block size, answer length
+
     # ---- setup
     cache_tokens = _only([gpu_cache_tokens(inp.logs[s]) for s in SETUPS], "GPU KV cache size", inp.logs["vllm"])
     B = _only([block_tokens(inp.metrics[s]) for s in SETUPS], "block size", inp.metrics["vllm"])
@@ -74,21 +80,32 @@ def analyse(inp: LabInputs, w: NumbersWriter) -> LabTables:
     lm_env = run["setups"]["lmcache"].get("env", {})
     chunk = int(lm_env.get("LMCACHE_CHUNK_SIZE", 256))
     cpu_limit = float(lm_env.get("LMCACHE_MAX_LOCAL_CPU_SIZE", 5.0)) * GiB  # LMCache sizes its pool in GiB
+    w.reading(*LOGS)
     w.add("lab.setup.gpu_cache_tokens", cache_tokens, "tokens")
+    w.reading(*SNAPS)
     w.add("lab.setup.block_tokens", B, "tokens")
+    w.reading(R, Q)
     w.add("lab.setup.doc_tokens", doc_tokens, "tokens")
     w.add("lab.setup.docs", n_docs, "count")
     w.add("lab.setup.total_tokens", total, "tokens")
+    w.reading(R, Q, *LOGS)
     w.add("lab.setup.docs_that_fit", cache_tokens / doc_tokens, "x")
     w.add("lab.setup.overflow_ratio", total / cache_tokens, "x")
+    w.reading(R)
     w.add("lab.setup.concurrency", int(run["concurrency"]), "count")
+    w.reading(MO)
     w.add("lab.setup.model_params", model.parameters, "count")
+    w.reading(Q)
     w.add("lab.setup.check_tokens", check_tokens, "tokens")
+    w.reading(R)
     w.add("lab.setup.max_tokens", int(run.get("max_tokens", 1)), "tokens")
     w.add("lab.load.chunk_tokens", chunk, "tokens")
     w.add("lab.cpu.limit", cpu_limit, "B")
+    w.reading(MO)
     w.add("lab.cpu.kv_bytes_per_token", model.kv_bytes_per_token, "B")
+    w.reading(R, Q, MO)
     w.add("lab.cpu.kv_bytes_all_docs", total * model.kv_bytes_per_token, "B")
+    w.reading(R, Q)  # the measured times: requests.csv, checked against run.yaml
 
     # ---- measured TTFT table, ratios, pass times
     for (setup, p), g in docs_req.groupby(["setup", "pass"]):
@@ -105,6 +122,7 @@ def analyse(inp: LabInputs, w: NumbersWriter) -> LabTables:
     w.add("lab.first_read_slowdown", p50["lmcache", "first"] / p50["vllm", "first"] - 1, "fraction")
 
     # ---- metrics per pass
+    w.reading(*SNAPS)
     passes = pd.DataFrame([m.__dict__ for s in SETUPS for m in metrics_by_pass(inp.metrics[s], s)]).rename(columns={"pass_": "pass"})
     for r in passes.itertuples(index=False):
         w.add(f"lab.measured.{r.setup}.{getattr(r, '_1')}.prefix_cache_hits", int(r.prefix_hits), "tokens")
@@ -138,6 +156,7 @@ def analyse(inp: LabInputs, w: NumbersWriter) -> LabTables:
     w.add("lab.reverse.vllm.miss_time", float(misses["ttft_ms"].mean()), "ms")
     lr = lm_req[lm_req["phase"].eq("doc") & lm_req["pass"].eq("reverse")]
     lm_hits, lm_loads = lr[lr["gpu_tokens"].ge(full_hit)], lr[lr["gpu_tokens"].lt(full_hit) & lr["cached_tokens"].gt(lr["gpu_tokens"])]
+    w.reading(R, Q, *SNAPS, inp.logs["lmcache"])
     w.add("lab.reverse.lmcache.hit_time", float(lm_hits["ttft_ms"].mean()), "ms")
     w.add("lab.reverse.lmcache.loaded_docs", len(lm_loads), "count")
     w.add("lab.reverse.lmcache.load_time_min", float(lm_loads["ttft_ms"].min()), "ms")
@@ -155,18 +174,22 @@ def analyse(inp: LabInputs, w: NumbersWriter) -> LabTables:
     if tokens % chunk:
         raise RawRecordError(inp.logs["lmcache"], f"retrieved {tokens} tokens is not whole {chunk}-token chunks", line=int(ex1["line"]))
     compute_ms = float(p50["vllm", "second"]) * tokens / doc_tokens
+    w.reading(R, inp.logs["lmcache"])
     w.add("lab.load.tokens", tokens, "tokens")
     w.add("lab.load.required_tokens", required, "tokens")
     w.add("lab.load.chunks", tokens // chunk, "count")
     w.add("lab.load.computed_tokens", required - tokens, "tokens")
     w.add("lab.load.time_min", float(second["ms"].min()), "ms")
     w.add("lab.load.time_max", float(second["ms"].max()), "ms")
+    w.reading(R, Q, inp.logs["lmcache"])
     w.add("lab.load.compute_time", compute_ms, "ms", note="second-pass p50 without LMCache, scaled to the loaded tokens")
     w.add("lab.load.speedup", compute_ms / float(second["ms"].max()), "x", note="against the slowest load")
     stored = lines[lines["kind"].eq("store")]
+    w.reading(R, Q, inp.logs["lmcache"], MO)
     w.add("lab.cpu.kv_bytes_stored", int(stored["tokens"].sum()) * model.kv_bytes_per_token, "B")
 
     # ---- the simulator at the lab's sizes
+    w.reading(*SHAPE)
     vllm_version = str((run.get("versions") or {}).get("vllm", ""))
     if not vllm_version:
         raise RawRecordError(inp.run, "versions.vllm is missing: the simulator needs it for vLLM's free order")
@@ -201,6 +224,7 @@ def analyse(inp: LabInputs, w: NumbersWriter) -> LabTables:
     w.add("lab.sim.min_capacity_any_hit_docs", any_hit / doc_tokens, "x")
     w.add("lab.sim.min_capacity_full_hit_docs", full / doc_tokens, "x")
     cpu_chunks = int(cpu_limit // (chunk * model.kv_bytes_per_token))
+    w.reading(*SHAPE, MO)
     two = ex.replay(shape, cpu_chunks=cpu_chunks, chunk_tokens=chunk)
     t2 = two[two["pass"].eq("second") & two["doc"].ge(0)]
     lm_full = doc_tokens // chunk * chunk
@@ -229,6 +253,7 @@ def analyse(inp: LabInputs, w: NumbersWriter) -> LabTables:
           note="largest capacity tried at which the second pass gets nothing from the CPU tier")
 
     # ---- prediction beside the measurement
+    w.reading(*SHAPE, MO)
     hit_cell = vr[vr["cached_tokens"].ge(full_hit)]
     costs = calibrate(hit_ms=float(hit_cell["ttft_ms"].mean()), hit_computed=doc_tokens - full_hit,
                       miss_ms=float(p50["vllm", "second"]), miss_computed=doc_tokens,

@@ -42,6 +42,19 @@ def table2(registry: dict[str, Number]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def figure_edges(edges: list[float], largest: float, max_model_len: float, step: float) -> list[float]:
+    """Figure 1b's bin edges: the configured ones below the largest restore, then a top edge
+    derived from the data (the largest restore rounded up to `step`), never above the
+    server's max_model_len, which no restore can exceed."""
+    if largest > max_model_len:
+        raise ValueError(f"largest restore {largest:.0f} tokens exceeds the server's max_model_len {max_model_len:.0f}")
+    top = min(float(np.ceil(largest / step) * step) if largest > 0 else step, float(max_model_len))
+    low = sorted(float(e) for e in edges if e < top)
+    if not low or low[0] != 0:
+        low = [0.0, *low]
+    return [*low, top]
+
+
 def restore_histogram(restores: pd.DataFrame, edges: list[float], model: ColdReadModel) -> pd.DataFrame:
     """Restores per size bin (tokens served), the modelled cold read at each bin's upper edge,
     and whether that bin lies below the first timed cold read (extrapolated)."""

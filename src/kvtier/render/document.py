@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import datetime as dt
-import html
 import json
 import os
+import re
 from dataclasses import dataclass
 from importlib.metadata import version
 from pathlib import Path
@@ -17,6 +17,7 @@ from markupsafe import Markup
 from ..manifest import Entry, read_manifest
 from ..numbers import Number, atomic_write_text, load_registry
 from .env import Renderer
+from .literals import refuse_literals
 
 
 def build_stamp(commit: str, dirty: bool, snakemake_version: str) -> dict[str, str]:
@@ -62,22 +63,35 @@ def _inputs_context(entries: dict[str, Entry]) -> dict[str, Any]:
     }
 
 
-def provenance_table(used: dict[str, list[str]], ledger: dict) -> str:
-    """The HTML appendix every printed number links to."""
+def number_classes(ledger: dict) -> dict[str, frozenset[str]]:
+    """Each number's set of raw-record classes (measured, published, replica), from the ledger."""
+    return {key: frozenset(r["class"] for r in e.get("raw", [])) for key, e in ledger.get("numbers", {}).items()}
+
+
+def provenance_rows(used: dict[str, list[str]], ledger: dict) -> list[dict[str, Any]]:
+    """One row per printed number for the provenance page: what it printed, what it read."""
     rows = []
     for key in sorted(used):
         e = ledger["numbers"].get(key, {})
-        raw = "<br>".join(f'{html.escape(r["path"])} <code>{r["sha256"][:12]}</code> ({r["class"]})' for r in e.get("raw", []))
-        rows.append(
-            f'<tr id="n-{html.escape(key)}"><td><code>{html.escape(key)}</code></td><td>{html.escape(" / ".join(used[key]))}</td>'
-            f'<td>{html.escape(str(e.get("value", "")))} {html.escape(e.get("unit", ""))}</td>'
-            f'<td><code>{html.escape(e.get("rule", ""))}</code><br><small>{html.escape(e.get("rule_at", ""))}</small></td>'
-            f'<td><small>{html.escape(e.get("script", ""))}</small></td><td><small>{raw}</small></td></tr>'
-        )
-    return (
-        '<table class="prov"><thead><tr><th>key</th><th>printed</th><th>value</th><th>rule</th>'
-        "<th>script</th><th>raw records (sha256, class)</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
-    )
+        classes = sorted({r["class"] for r in e.get("raw", [])})
+        rows.append({
+            "key": key, "printed": " / ".join(used[key]), "value": e.get("value", ""), "unit": e.get("unit", ""),
+            "rule": e.get("rule", ""), "rule_at": e.get("rule_at", ""), "script": e.get("script", ""),
+            "classes": classes or ["settings"], "raw": e.get("raw", []), "folders": _by_folder(e.get("raw", [])),
+            "note": e.get("note", ""),
+        })
+    return rows
+
+
+def _by_folder(raw: list[dict]) -> list[dict[str, Any]]:
+    """Raw files grouped under their run or record folder, so a row reads as a folder and names."""
+    groups: dict[str, list[dict]] = {}
+    for r in raw:
+        parts = r["path"].split("/")
+        cut = next((i for i, part in enumerate(parts) if part == "metrics"), len(parts) - 1)
+        folder = "/".join(parts[:cut]) + "/"
+        groups.setdefault(folder, []).append({**r, "name": r["path"][len(folder):]})
+    return [{"folder": f, "files": files} for f, files in groups.items()]
 
 
 def render_document(
@@ -93,27 +107,48 @@ def render_document(
     out_md: str | Path,
     out_html: str | Path,
     title: str,
+    out_prov: str | Path | None = None,
+    prov_template: str = "provenance.html.j2",
 ) -> dict[str, list[str]]:
-    """Render both outputs; returns each printed key with its texts (for the claims check and tests)."""
+    """Render both outputs, and the provenance page every printed number links to (one row per
+    number: what it printed, its rule, the raw files it read); returns each printed key with
+    its texts (for the claims check and tests)."""
     ctx = {"stamp": stamp, **_inputs_context(entries)}
-    md = Renderer(templates, registry, "md", figures, ctx).render(template)
+    classes = number_classes(ledger)
+    md = Renderer(templates, registry, "md", figures, ctx, classes=classes).render(template)
     atomic_write_text(out_md, md)
 
-    hr = Renderer(templates, registry, "html", figures, ctx)
+    prov_href = Path(out_prov).name if out_prov else ""
+    hr = Renderer(templates, registry, "html", figures, ctx, classes=classes, prov_href=prov_href)
     body_md = hr.render(template)
     body = markdown.markdown(body_md, extensions=["tables", "attr_list", "footnotes"], output_format="html")
     page = hr.env.get_template(page_template).render(
-        title=title, body=Markup(body), provenance=Markup(provenance_table(hr.used, ledger)), **ctx
-    )
+        title=title, body=Markup(keep_captions_with_tables(body)), prov_href=prov_href, **ctx)
     atomic_write_text(out_html, page)
+    if out_prov:
+        prov = hr.env.get_template(prov_template).render(
+            title=title, doc_href=Path(out_html).name, rows=provenance_rows(hr.used, ledger), **ctx)
+        atomic_write_text(out_prov, prov)
     return hr.used
+
+
+_CAPTIONED_TABLE = re.compile(r"<p>(<strong>Table [^<]*</strong>.*?)</p>((?:\s*<table>.*?</table>)+)", re.S)
+
+
+def keep_captions_with_tables(body: str) -> str:
+    """A paragraph that opens with **Table N.** followed by its table(s) becomes one <figure>
+    with a <figcaption>, so print keeps the caption with its tables and a wide table scrolls
+    inside its own box instead of the page."""
+    return _CAPTIONED_TABLE.sub(r'<figure class="table"><figcaption>\1</figcaption>\n<div class="scroll">\2</div></figure>', body)
 
 
 RESERVED_INPUTS = {"numbers", "ledger", "manifest", "template_files", "code"}
 
 
 def render_from_snakemake(smk: Any, templates: str = "paper/templates", page_template: str = "page.html.j2") -> dict[str, list[str]]:
-    """The render rules' body: every named input that is not a registry file is a figure."""
+    """The render rules' body: every named input that is not a registry file is a figure.
+    A template with a typed number stops the rule before anything is written."""
+    refuse_literals(templates)
     registry = load_registry(smk.input.numbers)
     ledger = json.loads(Path(smk.input.ledger).read_text(encoding="utf-8"))
     figures = {k: str(v) for k, v in smk.input.items() if k not in RESERVED_INPUTS}
@@ -122,6 +157,7 @@ def render_from_snakemake(smk: Any, templates: str = "paper/templates", page_tem
         templates=templates, template=smk.params.template, page_template=page_template, registry=registry,
         ledger=ledger, entries=read_manifest(smk.input.manifest), figures=figures, stamp=stamp,
         out_md=smk.output.md, out_html=smk.output.html, title=smk.params.title,
+        out_prov=getattr(smk.output, "prov", None),
     )
     atomic_write_text(smk.output.used, json.dumps(used, indent=1, sort_keys=True) + "\n")
     return used

@@ -1,7 +1,13 @@
 """The Jinja2 environment: StrictUndefined, registry lookups, unit-aware filters, figures.
 
 Templates reach numbers only as `n.<key>` and print them only through a filter; in HTML
-each printed number links to its entry in the provenance appendix.
+each printed number links to its entry in the provenance page.
+
+Everything a template prints that is not our own markup (manifest descriptions and paths,
+config titles, stamps: text a harness user can choose with `--setup` or `--run-id`) is
+escaped twice over: as HTML, and as Markdown, because the templates' output goes through a
+Markdown converter that would otherwise turn `[x](javascript:...)` or a `|` into markup.
+Only the template source, the filters' links and the figures are trusted (`Markup`).
 """
 
 from __future__ import annotations
@@ -17,6 +23,27 @@ from markupsafe import Markup
 
 from ..numbers import Number
 from . import formats
+
+# Markdown's active characters, written as character references so the converter shows them
+# as text (a reference is never markup). `_` is left alone: it is common in paths, and
+# Python-Markdown does not emphasise inside words.
+_MD_ACTIVE = {"\\": "&#92;", "`": "&#96;", "*": "&#42;", "[": "&#91;", "]": "&#93;", "|": "&#124;", "!": "&#33;"}
+
+
+def escape_untrusted(value: Any) -> Markup:
+    """A value from records or config, made inert for both HTML and Markdown."""
+    if isinstance(value, Markup) or hasattr(value, "__html__"):
+        return Markup(value)
+    text = html.escape(str(value), quote=True).replace("&#x27;", "'")
+    for ch, ref in _MD_ACTIVE.items():
+        text = text.replace(ch, ref)
+    return Markup(text)
+
+
+def breakable(text: Any) -> Markup:
+    """A long key or path that may wrap after its dots and slashes instead of overflowing."""
+    return Markup(str(escape_untrusted(text)).replace(".", ".<wbr>").replace("/", "/<wbr>"))
+
 
 FILTERS: dict[str, Callable[..., str]] = {
     "count": formats.count, "num": formats.num, "pct": formats.pct, "seconds": formats.seconds,
@@ -52,18 +79,22 @@ class Renderer:
 
     def __init__(self, templates: str | Path, registry: dict[str, Number], mode: str,
                  figures: dict[str, str] | None = None, context: dict[str, Any] | None = None,
-                 figure_base: str = "../figures"):
+                 figure_base: str = "../figures", classes: dict[str, frozenset[str]] | None = None,
+                 prov_href: str = ""):
         if mode not in ("md", "html"):
             raise ValueError(mode)
         self.mode = mode
         self.registry = registry
+        self.classes = classes or {}
+        self.prov_href = prov_href
         self.figures = figures or {}
         self.figure_base = figure_base
         self.used: dict[str, list[str]] = {}
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(str(templates)),
             undefined=jinja2.StrictUndefined,
-            autoescape=False,
+            autoescape=True,
+            finalize=escape_untrusted,
             keep_trailing_newline=True,
             trim_blocks=True,
             lstrip_blocks=True,
@@ -74,6 +105,11 @@ class Renderer:
             n=Namespace(registry),
             has=self.has,
             figure=self.figure,
+            record_class=self.record_class,
+            measured=lambda *nums: self.record_class(*nums) == "measured",
+            replica=lambda *nums: self.record_class(*nums) == "replica",
+            said=self.said,
+            breakable=breakable,
             placeholder=self.placeholder,
             mode=mode,
             **(context or {}),
@@ -93,10 +129,35 @@ class Renderer:
             if text not in seen:
                 seen.append(text)
             if self.mode == "md":
-                return text
+                return text  # plain: printed through escape_untrusted, and a caption stays plain text
             title = f"{value.key} = {value.value} {value.unit} (rule {value.rule})"
-            return Markup(f'<a class="num" href="#n-{html.escape(value.key)}" title="{html.escape(title)}">{html.escape(text)}</a>')
+            rests_on = self.classes.get(value.key, frozenset())
+            css = "num replica" if rests_on == {"replica"} else "num part-replica" if "replica" in rests_on else "num"
+            if rests_on == {"replica"}:
+                title += "; replica records only"
+            href = f"{self.prov_href}#n-{value.key}"
+            return Markup(f'<a class="{css}" href="{html.escape(href)}" title="{html.escape(title)}">{html.escape(text)}</a>')
         return filt
+
+    def record_class(self, *numbers: Any) -> str:
+        """The class of the raw records these numbers rest on: measured, published or replica
+        when all share one, 'mixed' when they differ, 'settings' when none (config only).
+        Templates choose sentences about who did what with it."""
+        found: set[str] = set()
+        for num in numbers:
+            if isinstance(num, jinja2.Undefined):
+                num._fail_with_undefined_error()  # type: ignore[attr-defined]
+            if not isinstance(num, Number):
+                raise TypeError(f"record_class needs registry numbers, got {num!r}")
+            found |= self.classes.get(num.key, frozenset())
+        if not found:
+            return "settings"
+        return found.pop() if len(found) == 1 else "mixed"
+
+    def said(self, *numbers: Any) -> str:
+        """How the text may call a value: 'measured' only when its records were measured."""
+        return {"measured": "measured", "replica": "in the replica records", "published": "as published"}.get(
+            self.record_class(*numbers), "recorded")
 
     def has(self, prefix: str) -> bool:
         """True once an analysis has registered numbers under this prefix."""
@@ -107,7 +168,7 @@ class Renderer:
             raise KeyError(f"figure {name!r} is not an input of the render rule")
         path = Path(self.figures[name])
         if self.mode == "md":
-            return f"![{name}]({self.figure_base}/{path.name})\n\n{caption}\n"
+            return Markup(f"![{name}]({self.figure_base}/{path.name})\n\n{caption}\n")
         caption = Markup(markdown.markdown(caption).removeprefix("<p>").removesuffix("</p>"))
         mime = {".svg": "image/svg+xml", ".png": "image/png"}[path.suffix]
         data = base64.b64encode(path.read_bytes()).decode()
@@ -116,9 +177,10 @@ class Renderer:
             f"<figcaption>{caption}</figcaption></figure>\n"
         )
 
-    def placeholder(self, title: str, waiting_for: str) -> str:
-        return (f"> **Not yet computed: {title}.** The analysis behind this section has not landed yet "
-                f"({waiting_for}); its numbers are listed as *not yet computed* in the claims report.\n")
+    def placeholder(self, title: str, waiting_for: str) -> Markup:
+        return Markup(f"> **Not yet computed: {escape_untrusted(title)}.** The analysis behind this section has not "
+                      f"landed yet ({escape_untrusted(waiting_for)}); its numbers are listed as *not yet computed* "
+                      "in the claims report.\n")
 
     def render(self, template: str, **ctx: Any) -> str:
         return self.env.get_template(template).render(**ctx)
