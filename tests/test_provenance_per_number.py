@@ -23,7 +23,8 @@ from kvtier.production.pipeline import analyse, ingest
 REPO = Path(__file__).resolve().parent.parent
 SETTINGS = {"restore_extra_blocks": 4, "large_restore_tokens": 100_000, "huge_restore_tokens": 500_000,
             "prompt_edges": [200_000, 500_000], "ttft_fast_s": 1.0, "ttft_slow_s": 20.0,
-            "deferred_threshold_s": 5.0, "top_hours": 2, "pcie_gen5_x16_bytes_per_s": 63.0e9}
+            "deferred_threshold_s": 5.0, "top_hours": 2, "pcie_gen5_x16_bytes_per_s": 63.0e9,
+            "min_transfer_bytes_per_s": 1.0e9}
 
 
 def _evict_numbers() -> dict[str, dict]:
@@ -96,7 +97,7 @@ def test_every_moved_eviction_number_lists_the_changed_file(raw_copy: Path, chan
 
 def _prod_numbers() -> dict[str, dict]:
     raw = Path("raw/production/C")
-    rec = ingest(raw / "metrics.prom", raw / "server.log", raw / "host.yaml")
+    rec = ingest(raw / "metrics.prom", raw / "server.log", raw / "host.yaml", SETTINGS)
     w = NumbersWriter("prod", "test", ["everything"])
     analyse(rec, raw / "coldreads.csv", SETTINGS, raw / "headroom.csv", w)
     return w.numbers

@@ -162,9 +162,10 @@ def _prod(override: int | None) -> dict:
     raw = Path("raw/production/C")
     settings = {"restore_extra_blocks": override, "large_restore_tokens": 100_000, "huge_restore_tokens": 500_000,
                 "prompt_edges": [200_000, 500_000], "ttft_fast_s": 1.0, "ttft_slow_s": 20.0,
-                "deferred_threshold_s": 5.0, "top_hours": 2, "pcie_gen5_x16_bytes_per_s": 63.0e9}
+                "deferred_threshold_s": 5.0, "top_hours": 2, "pcie_gen5_x16_bytes_per_s": 63.0e9,
+                "min_transfer_bytes_per_s": 1.0e9}
     w = NumbersWriter("prod", "test", [])
-    prod_analyse(ingest(raw / "metrics.prom", raw / "server.log", raw / "host.yaml"), raw / "coldreads.csv", settings,
+    prod_analyse(ingest(raw / "metrics.prom", raw / "server.log", raw / "host.yaml", settings), raw / "coldreads.csv", settings,
                  raw / "headroom.csv", w, derive(reqs, runs, "C", override))
     return _registry(w, Path("."))
 
