@@ -29,6 +29,20 @@ def snakemake(cwd: Path, *args: str, check: bool = True) -> subprocess.Completed
     return done
 
 
+VLLM_BIN = Path(os.environ.get("KVTIER_VLLM_BIN", REPO / ".venv-vllm" / "bin" / "vllm"))
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny random-weight Llama (kvtier.tinymodel, seed 0), built once per test session with
+    the vLLM venv's torch and transformers; the real-vLLM test modules all serve it."""
+    out = tmp_path_factory.mktemp("tiny") / "model"
+    code = "import sys; from kvtier.tinymodel import build_tiny_model; build_tiny_model(sys.argv[1], 0)"
+    subprocess.run([str(VLLM_BIN.with_name("python")), "-c", code, str(out)], check=True,
+                   env={**os.environ, "PYTHONPATH": str(REPO / "src")}, capture_output=True, timeout=300)
+    return out
+
+
 @pytest.fixture(scope="session")
 def built_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the repo on which `snakemake --cores all` ran once (the default target)."""

@@ -13,7 +13,6 @@ rest: the same tokens the hit computes, so restore and hit logprobs must be bit-
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -34,15 +33,6 @@ pytestmark = [
     pytest.mark.vllm,
     pytest.mark.skipif(not Path(VLLM).is_file(), reason=f"no vLLM at {VLLM} (set KVTIER_VLLM_BIN to a CPU vLLM build)"),
 ]
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("tiny") / "model"
-    code = "import sys; from kvtier.tinymodel import build_tiny_model; build_tiny_model(sys.argv[1], 0)"
-    subprocess.run([str(Path(VLLM).with_name("python")), "-c", code, str(out)], check=True,
-                   env={**os.environ, "PYTHONPATH": str(REPO / "src")}, capture_output=True, timeout=300)
-    return out
 
 
 def spec(model: Path, port: int, **extra) -> ServerSpec:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import threading
 import time
 from pathlib import Path
@@ -30,16 +29,6 @@ pytestmark = [
     pytest.mark.vllm,
     pytest.mark.skipif(not Path(VLLM).is_file(), reason=f"no vLLM at {VLLM} (set KVTIER_VLLM_BIN to a CPU vLLM build)"),
 ]
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("tiny") / "model"
-    python = Path(VLLM).with_name("python")
-    code = "import sys; from kvtier.tinymodel import build_tiny_model; build_tiny_model(sys.argv[1], 0)"
-    subprocess.run([str(python), "-c", code, str(out)], check=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")},
-                   capture_output=True, timeout=300)
-    return out
 
 
 def spec(model: Path, port: int) -> ServerSpec:

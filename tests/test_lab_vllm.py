@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 from pathlib import Path
 
 import pandas as pd
@@ -35,15 +34,6 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("tiny") / "model"
-    subprocess.run([str(VLLM_VENV / "bin" / "python"), "-c",
-                    f"from kvtier.tinymodel import build_tiny_model; build_tiny_model({str(out)!r})"],
-                   check=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")}, capture_output=True, timeout=300)
-    return out
 
 
 @pytest.fixture(scope="module")

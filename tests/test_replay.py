@@ -33,7 +33,7 @@ def write_tgz(path: Path, convs: dict[str, dict]) -> Path:
 
 
 def conv(*requests: dict) -> dict:
-    return {"block_size": 64, "hash_id_scope": "local", "requests": list(requests)}
+    return {"block_size": 64, "hash_id_scope": "local", "models": ["m"], "requests": list(requests)}
 
 
 def req(t: float, n: int, ids: list[int], out: int = 100) -> dict:
@@ -51,7 +51,8 @@ def test_equal_ids_give_equal_tokens_and_scale_shrinks_blocks():
 
 
 def test_sessions_start_apart_keep_their_times_and_subagents_get_their_own_ids(tmp_path):
-    sub = {"t": 5.0, "type": "subagent", "requests": [req(1.0, 128, [1, 2])]}
+    # a sub-agent on another model cannot share its parent's KV: its ids get their own namespace
+    sub = {"t": 5.0, "type": "subagent", "models": ["other-model"], "requests": [req(1.0, 128, [1, 2])]}
     tgz = write_tgz(tmp_path / "t.tgz", {"a": conv(req(0.0, 128, [1, 2]), sub, req(20.0, 192, [1, 2, 3])),
                                          "b": conv(req(0.0, 64, [1]))})
     turns = kv_cache_tester(tgz, Scaling(scale=0.25, compress=2.0), sessions=2, session_gap_s=3.0)

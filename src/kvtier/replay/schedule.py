@@ -7,23 +7,23 @@ counts are multiplied by one stated `scale` (a trace block of 64 tokens at scale
 so long agentic sessions fit a small server; arrival times are divided by `compress`.
 
 kv-cache-tester sessions carry times relative to their own start (`t`) and ids local to the
-session; sessions are started `session_gap_s` apart, in file order. Sub-agent records get their
-own id namespace (they run another model, so they share no KV with their parent).
+session; sessions are started `session_gap_s` apart (after compression), in file order, and a
+sub-agent on another model gets its own id namespace (it could not share its parent's KV), as
+the simulator's trace reader has it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import tarfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import RawRecordError
+from ..workloads.traces import KVTESTER_BLOCK, kv_cache_tester_events
 
-KVTESTER_BLOCK = 64
 MOONCAKE_BLOCK = 512
 
 
@@ -74,38 +74,20 @@ def prompt_of(scope: str, hash_ids: list[int], trace_tokens: int, trace_block: i
     return out[:want]
 
 
-def _flatten(requests: list[dict], offset: float, scope: str, where: str) -> list[tuple[float, str, dict]]:
-    out = []
-    for i, r in enumerate(requests):
-        if r.get("type") == "subagent":
-            out.extend(_flatten(r.get("requests", []), offset + float(r["t"]), f"{scope}/sub{i}", f"{where}/subagent {i}"))
-        elif "hash_ids" in r and "in" in r:
-            out.append((offset + float(r["t"]), scope, r))
-        else:
-            raise RawRecordError(where, f"request {i} has neither hash_ids/in nor sub-agent requests")
-    return out
-
-
 def kv_cache_tester(archive: str | Path, s: Scaling, *, sessions: int, session_gap_s: float) -> list[Turn]:
-    """The first `sessions` conversations of a kv-cache-tester .tgz, started `session_gap_s` apart."""
+    """The first `sessions` conversations of a kv-cache-tester .tgz, started `session_gap_s` apart,
+    read with the simulator's conventions (kvtier.workloads.traces): times from each conversation's
+    start, ids scoped per (conversation, model). Times are then divided by `compress`."""
     turns: list[Turn] = []
     memo: dict[tuple[str, int], list[int]] = {}
-    with tarfile.open(archive, "r:*") as tar:
-        members = sorted((m for m in tar.getmembers() if m.isfile() and m.name.endswith(".json")), key=lambda m: m.name)
-        for k, m in enumerate(members[:sessions]):
-            where = f"{archive}:{m.name}"
-            try:
-                conv = json.load(tar.extractfile(m))  # type: ignore[arg-type]
-            except json.JSONDecodeError as e:
-                raise RawRecordError(where, f"not JSON ({e})") from None
-            if conv.get("block_size") != KVTESTER_BLOCK:
-                raise RawRecordError(where, f"block_size {conv.get('block_size')!r}, expected {KVTESTER_BLOCK}")
-            events = sorted(_flatten(conv["requests"], 0.0, f"s{k}", where), key=lambda e: e[0])
-            for i, (t, scope, r) in enumerate(events):
-                turns.append(Turn(k, i, k * session_gap_s + t / s.compress,
-                                  prompt_of(scope, r["hash_ids"], int(r["in"]), KVTESTER_BLOCK, s, memo),
-                                  max(1, min(s.max_tokens_cap, round(int(r["out"]) * s.scale))), int(r["in"])))
-    return sorted(turns, key=lambda t: (t.at_s, t.session, t.index))
+    index: dict[int, int] = {}
+    main: dict[int, str] = {}  # a conversation's own model: that of its first request
+    for t, conv_no, _, model, r in kv_cache_tester_events(archive, start_gap_s=session_gap_s * s.compress, conversations=sessions):
+        i = index[conv_no] = index.get(conv_no, -1) + 1
+        scope = f"s{conv_no}" if main.setdefault(conv_no, model) == model else f"s{conv_no}/{model}"
+        turns.append(Turn(conv_no, i, t / s.compress, prompt_of(scope, r["hash_ids"], int(r["in"]), KVTESTER_BLOCK, s, memo),
+                          max(1, min(s.max_tokens_cap, round(int(r["out"]) * s.scale))), int(r["in"])))
+    return turns
 
 
 def mooncake(path: str | Path, s: Scaling, *, limit: int | None = None) -> list[Turn]:

@@ -57,6 +57,30 @@ def _flatten(requests: list[dict], offset: float, model: str, where: str) -> lis
     return out
 
 
+def kv_cache_tester_events(archive: str | Path, *, start_gap_s: float = 0.0,
+                           conversations: int | None = None) -> list[tuple[float, int, int, str, dict]]:
+    """(time, conversation, id scope, model, request) of every request of the first `conversations`
+    conversations, by time. The conventions of `kv_cache_tester` below; kvtier-replay uses them too."""
+    events: list[tuple[float, int, int, str, dict]] = []
+    scopes: dict[tuple[int, str], int] = {}
+    with tarfile.open(archive, "r:*") as tar:
+        members = sorted((m for m in tar.getmembers() if m.isfile() and m.name.endswith(".json")), key=lambda m: m.name)
+        for conv_no, m in enumerate(members[:conversations]):
+            where = f"{archive}:{m.name}"
+            try:
+                conv = json.load(tar.extractfile(m))  # type: ignore[arg-type]
+            except json.JSONDecodeError as e:
+                raise RawRecordError(where, f"not JSON ({e})") from None
+            if conv.get("block_size") != KVTESTER_BLOCK:
+                raise RawRecordError(where, f"block_size {conv.get('block_size')!r}, expected {KVTESTER_BLOCK}")
+            model = str((conv.get("models") or [""])[0])
+            for t, mdl, r in _flatten(conv["requests"], conv_no * start_gap_s, model, where):
+                scope = scopes.setdefault((conv_no, mdl), len(scopes) + 1)
+                events.append((t, conv_no, scope, mdl, r))
+    events.sort(key=lambda e: e[0])
+    return events
+
+
 def kv_cache_tester(archive: str | Path, block_tokens: int, *, start_gap_s: float = 0.0) -> Workload:
     """kv-cache-tester conversations (a .tgz of JSON files, 64-token blocks, ids local to one file).
 
@@ -68,22 +92,7 @@ def kv_cache_tester(archive: str | Path, block_tokens: int, *, start_gap_s: floa
     """
     if block_tokens < KVTESTER_BLOCK:
         raise ValueError(f"{archive}: its {KVTESTER_BLOCK}-token ids cannot be regrouped into {block_tokens}-token blocks exactly")
-    events: list[tuple[float, int, dict]] = []
-    scopes: dict[tuple[int, str], int] = {}
-    with tarfile.open(archive, "r:*") as tar:
-        members = sorted((m for m in tar.getmembers() if m.isfile() and m.name.endswith(".json")), key=lambda m: m.name)
-        for conv_no, m in enumerate(members):
-            where = f"{archive}:{m.name}"
-            try:
-                conv = json.load(tar.extractfile(m))  # type: ignore[arg-type]
-            except json.JSONDecodeError as e:
-                raise RawRecordError(where, f"not JSON ({e})") from None
-            if conv.get("block_size") != KVTESTER_BLOCK:
-                raise RawRecordError(where, f"block_size {conv.get('block_size')!r}, expected {KVTESTER_BLOCK}")
-            model = str((conv.get("models") or [""])[0])
-            for t, mdl, r in _flatten(conv["requests"], conv_no * start_gap_s, model, where):
-                scope = scopes.setdefault((conv_no, mdl), len(scopes) + 1)
-                events.append((t, scope, r))
+    events = [(t, scope, r) for t, _, scope, _, r in kv_cache_tester_events(archive, start_gap_s=start_gap_s)]
     events.sort(key=lambda e: e[0])
     reqs = [vllm_request(regroup(r["hash_ids"], int(r["in"]), KVTESTER_BLOCK, block_tokens, scope), int(r["in"]),
                          block_tokens, int(r["out"]), label=f"{scope}") for _, scope, r in events]
