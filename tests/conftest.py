@@ -43,6 +43,28 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.fixture
+def host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict:
+    """A host for the launcher's preflight: 120 GiB free RAM, 200 GiB of /dev/shm, unlimited memlock
+    and a stand-in vllm executable; tests adjust the state (avail, shm, memlock) they check."""
+    import resource
+    from collections import namedtuple
+
+    from kvtier.serving import server as srv
+
+    GiB = 2**30
+    state = {"avail": 120 * GiB, "shm": 200 * GiB, "memlock": resource.RLIM_INFINITY}
+    monkeypatch.setattr(srv, "_meminfo_bytes", lambda name: state["avail"])
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(srv.shutil, "disk_usage", lambda p: usage(state["shm"], 0, state["shm"]))
+    monkeypatch.setattr(srv.resource, "getrlimit", lambda r: (state["memlock"], state["memlock"]))
+    exe = tmp_path / "vllm"
+    exe.write_text("#!/bin/sh\n")
+    exe.chmod(0o755)
+    state["bin"] = str(exe)
+    return state
+
+
 @pytest.fixture(scope="session")
 def built_repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of the repo on which `snakemake --cores all` ran once (the default target)."""

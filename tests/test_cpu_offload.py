@@ -8,9 +8,7 @@ from __future__ import annotations
 import json
 import math
 import os
-import resource
 import subprocess
-from collections import namedtuple
 from pathlib import Path
 
 import numpy as np
@@ -123,18 +121,10 @@ def test_server_block_size_from_args_or_platform():
 
 
 @pytest.fixture
-def host(monkeypatch, tmp_path):
-    """Plenty of RAM and /dev/shm, and the 8 MiB memlock limit of this machine."""
-    state = {"memlock": 8 * 2**20, "shm": 200 * GiB}
-    monkeypatch.setattr(srv, "_meminfo_bytes", lambda name: 120 * GiB)
-    usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(srv.shutil, "disk_usage", lambda p: usage(state["shm"], 0, state["shm"]))
-    monkeypatch.setattr(srv.resource, "getrlimit", lambda r: (state["memlock"], state["memlock"]))
-    exe = tmp_path / "vllm"
-    exe.write_text("#!/bin/sh\n")
-    exe.chmod(0o755)
-    state["bin"] = str(exe)
-    return state
+def host(host):
+    """The shared preflight host (conftest), with the 8 MiB memlock limit of this machine."""
+    host["memlock"] = 8 * 2**20
+    return host
 
 
 def test_preflight_names_the_block_sizes_that_work(host):

@@ -6,7 +6,6 @@ Against the in-process fake vLLM of tests/fixtures/eviction (a token is a word; 
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import yaml
 from kvtier.eviction import analysis
 from kvtier.eviction.records import REQUEST_SCHEMA, RUN_SCHEMA, RunWriter, read_run
 from kvtier.eviction.runner import Harness, HarnessFailed, Plan
-from kvtier.serving.client import RequestFailed, ServingClient
+from kvtier.serving.client import ServingClient
 from kvtier.serving.redact import MARK, redact_argv, redact_env, scrub_file, secret_values
 
 sys.path.insert(0, str(Path(__file__).parent / "fixtures" / "eviction"))

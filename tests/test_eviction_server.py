@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import resource
 import time
-from collections import namedtuple
 from pathlib import Path
 
 import pytest
@@ -32,19 +30,6 @@ def test_lmcache_and_no_tier():
     assert "--kv-transfer-config" not in srv.ServerSpec(model="/m", tier="none").command()
 
 
-@pytest.fixture
-def host(monkeypatch, tmp_path):
-    """A host with 120 GiB free RAM, 200 GiB of /dev/shm and unlimited memlock, adjustable."""
-    state = {"avail": 120 * GiB, "shm": 200 * GiB, "memlock": resource.RLIM_INFINITY}
-    monkeypatch.setattr(srv, "_meminfo_bytes", lambda name: state["avail"])
-    usage = namedtuple("usage", "total used free")
-    monkeypatch.setattr(srv.shutil, "disk_usage", lambda p: usage(state["shm"], 0, state["shm"]))
-    monkeypatch.setattr(srv.resource, "getrlimit", lambda r: (state["memlock"], state["memlock"]))
-    exe = tmp_path / "vllm"
-    exe.write_text("#!/bin/sh\n")
-    exe.chmod(0o755)
-    state["bin"] = str(exe)
-    return state
 
 
 def spec(host, gib):

@@ -12,7 +12,6 @@ import sys
 import tarfile
 from pathlib import Path
 
-import pytest
 
 from kvtier.replay.client import finished, replay
 from kvtier.replay.schedule import Scaling, block_ids, kv_cache_tester, mooncake, prompt_of

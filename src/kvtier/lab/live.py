@@ -89,7 +89,7 @@ def predict(run_dir: str | Path, measured: pd.DataFrame, null_blocks: int = 1) -
         outs = cache.replay(requests_from_rows(rows, B, generated=max_tokens - 1))
         pred = pd.DataFrame([{"pred_gpu_tokens": o.gpu_tokens, "pred_cpu_tokens": o.cpu_tokens,
                               "pred_computed_tokens": o.computed_tokens} for o in outs], index=rows.index)
-        frames.append(rows.join(pred))
+        frames.append(rows.join(pred).assign(**shape))  # the server's sizes travel with its rows
     out = pd.concat(frames)
     out["agrees"] = ((out.gpu_tokens == out.pred_gpu_tokens) & (out.cpu_tokens == out.pred_cpu_tokens)
                      & (out.computed_tokens == out.pred_computed_tokens))
@@ -101,23 +101,23 @@ PASS_NAMES = ("first", "second", "reverse")
 SETUP_TITLES = {"vllm": "vLLM alone", "native": "native CPU tier", "native-small": "native CPU tier, pool too small"}
 
 
-def register_numbers(writer: Any, table: pd.DataFrame, run_dir: str | Path) -> None:
+def register_numbers(writer: Any, table: pd.DataFrame) -> None:
     """lablive.*: per setup the server's sizes, tokens by source per pass (measured and predicted),
-    TTFT medians, agreement counts, and every request's outcome for the side-by-side table."""
-    run_dir = Path(run_dir)
+    TTFT medians, agreement counts, and every request's outcome for the side-by-side table.
+    `table` is predict()'s: measured and predicted tokens and each server's sizes, per request."""
     docs = table[table.phase == "doc"]
     first = docs[docs.setup == docs.setup.iloc[0]]
     first = first[first["pass"] == "first"]
     writer.add("lablive.docs", len(first), "count")
     writer.add("lablive.doc_tokens_total", int(first.prompt_tokens.sum()), "tokens")
-    base = server_shape(run_dir / str(table.setup.iloc[0]))
-    writer.add("lablive.docs_over_cache", float(first.prompt_tokens.sum()) / (int(base["kv_blocks"]) * int(base["block_tokens"])), "x")  # type: ignore[arg-type]
+    base = table.iloc[0]
+    writer.add("lablive.docs_over_cache", float(first.prompt_tokens.sum()) / (int(base.kv_blocks) * int(base.block_tokens)), "x")
     for setup, g in table.groupby("setup", sort=False):
         p = f"lablive.{setup}."
-        shape = server_shape(run_dir / setup)
+        shape = g.iloc[0]
         writer.add(p + "kv_cache_tokens", int(shape["kv_blocks"]) * int(shape["block_tokens"]), "tokens")  # type: ignore[arg-type]
         writer.add(p + "block_tokens", int(shape["block_tokens"]), "tokens")  # type: ignore[arg-type]
-        if shape["cpu_chunks"] is not None:
+        if pd.notna(shape["cpu_chunks"]):
             writer.add(p + "cpu_chunks", int(shape["cpu_chunks"]), "count")
             writer.add(p + "chunk_tokens", int(shape["chunk_blocks"]) * int(shape["block_tokens"]), "tokens")  # type: ignore[arg-type]
             writer.add(p + "cpu_tokens_capacity", int(shape["cpu_chunks"]) * int(shape["chunk_blocks"]) * int(shape["block_tokens"]), "tokens")  # type: ignore[arg-type]

@@ -15,16 +15,13 @@ the simulator's trace reader has it.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from ..errors import RawRecordError
-from ..workloads.traces import KVTESTER_BLOCK, kv_cache_tester_events
+from ..workloads.traces import KVTESTER_BLOCK, MOONCAKE_BLOCK, kv_cache_tester_events, mooncake_records
 
-MOONCAKE_BLOCK = 512
 
 
 @dataclass(frozen=True)
@@ -94,18 +91,10 @@ def mooncake(path: str | Path, s: Scaling, *, limit: int | None = None) -> list[
     """Mooncake JSONL (timestamps in ms, 512-token blocks, ids global): each request its own session."""
     turns: list[Turn] = []
     memo: dict[tuple[str, int], list[int]] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if limit is not None and len(turns) >= limit:
-                break
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                t, n, o, ids = float(rec["timestamp"]) / 1e3, int(rec["input_length"]), int(rec["output_length"]), rec["hash_ids"]
-            except (ValueError, KeyError, TypeError) as e:
-                raise RawRecordError(path, f"not a Mooncake record ({e})", line=lineno, record=line.strip()) from None
-            turns.append(Turn(len(turns), 0, t / s.compress, prompt_of("g", ids, n, MOONCAKE_BLOCK, s, memo),
-                              max(1, min(s.max_tokens_cap, round(o * s.scale))), n))
+    for _, t, n, o, ids in mooncake_records(path):
+        if limit is not None and len(turns) >= limit:
+            break
+        turns.append(Turn(len(turns), 0, t / s.compress, prompt_of("g", ids, n, MOONCAKE_BLOCK, s, memo),
+                          max(1, min(s.max_tokens_cap, round(o * s.scale))), n))
     t0 = min((t.at_s for t in turns), default=0.0)
     return [Turn(t.session, t.index, t.at_s - t0, t.prompt, t.max_tokens, t.trace_tokens) for t in turns]

@@ -15,7 +15,7 @@ the observed one. Everything is seeded.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import tarfile
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -19,24 +20,31 @@ MOONCAKE_BLOCK = 512
 KVTESTER_BLOCK = 64
 
 
-def mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK) -> Workload:
-    """Mooncake JSONL: `timestamp` (ms), `input_length`, `output_length`, `hash_ids` (512 tokens)."""
-    if block_tokens < MOONCAKE_BLOCK:
-        raise ValueError(f"{path}: its {MOONCAKE_BLOCK}-token ids cannot be regrouped into {block_tokens}-token blocks exactly")
-    times, reqs, outs = [], [], []
+def mooncake_records(path: str | Path) -> Iterator[tuple[int, float, int, int, list[int]]]:
+    """(line, time in s, input tokens, output tokens, hash ids) of each record, in file order;
+    a bad record names its line. kvtier-replay reads the trace through this too."""
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
             try:
                 rec = json.loads(line)
-                t, n, o, ids = float(rec["timestamp"]) / 1e3, int(rec["input_length"]), int(rec["output_length"]), rec["hash_ids"]
+                yield (lineno, float(rec["timestamp"]) / 1e3, int(rec["input_length"]), int(rec["output_length"]),
+                       rec["hash_ids"])
             except (ValueError, KeyError, TypeError) as e:
                 raise RawRecordError(path, f"not a Mooncake record ({e})", line=lineno, record=line.strip()) from None
-            blocks = regroup(ids, n, MOONCAKE_BLOCK, block_tokens)
-            times.append(t)
-            reqs.append(vllm_request(blocks, n, block_tokens, o, label=str(lineno)))
-            outs.append(o)
+
+
+def mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK) -> Workload:
+    """Mooncake JSONL: `timestamp` (ms), `input_length`, `output_length`, `hash_ids` (512 tokens)."""
+    if block_tokens < MOONCAKE_BLOCK:
+        raise ValueError(f"{path}: its {MOONCAKE_BLOCK}-token ids cannot be regrouped into {block_tokens}-token blocks exactly")
+    times, reqs, outs = [], [], []
+    for lineno, t, n, o, ids in mooncake_records(path):
+        blocks = regroup(ids, n, MOONCAKE_BLOCK, block_tokens)
+        times.append(t)
+        reqs.append(vllm_request(blocks, n, block_tokens, o, label=str(lineno)))
+        outs.append(o)
     order = np.argsort(np.asarray(times), kind="stable")
     return Workload(f"mooncake:{Path(path).name}", block_tokens, np.asarray(times)[order],
                     [reqs[i] for i in order], np.asarray(outs, dtype=np.int64)[order])
