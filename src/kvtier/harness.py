@@ -38,6 +38,8 @@ import signal
 import sys
 from pathlib import Path
 
+import yaml
+
 from .errors import ManifestError, RawRecordError
 from .eviction.host import host_info, model_params, server_software, versions
 from .eviction.records import RunWriter, read_run
@@ -63,7 +65,18 @@ def _spec(a: argparse.Namespace, platform: str | None = None) -> ServerSpec:
                       offload_block_tokens=a.block_tokens, host=a.host, port=a.port, vllm_bin=a.vllm_bin,
                       max_model_len=a.max_model_len, extra_args=list(a.server_arg), ram_headroom_gib=a.ram_headroom_gib,
                       env=dict(kv.split("=", 1) for kv in a.server_env), platform=platform or _platform(a),
-                      host_pool=a.host_pool)
+                      host_pool=a.host_pool, offload_extra=_offload_extra(getattr(a, "offload_extra", [])))
+
+
+def _offload_extra(pairs: list[str]) -> dict[str, object]:
+    """--offload-extra KEY=VALUE pairs; VALUE read as YAML (true, 3, 0.5 keep their types)."""
+    out: dict[str, object] = {}
+    for kv in pairs:
+        key, sep, value = kv.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"error: --offload-extra wants KEY=VALUE, not {kv!r}")
+        out[key] = yaml.safe_load(value)
+    return out
 
 
 def _server_args(p: argparse.ArgumentParser) -> None:
@@ -85,6 +98,8 @@ def _server_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--vllm-bin", default=DEFAULT_VLLM, help="vllm executable (env KVTIER_VLLM_BIN)")
     g.add_argument("--server-arg", action="append", default=[], help="extra `vllm serve` argument (repeatable; use --server-arg=--flag)")
     g.add_argument("--server-env", action="append", default=[], help="extra NAME=VALUE for the server environment")
+    g.add_argument("--offload-extra", action="append", default=[],
+                   help="extra kv_connector_extra_config KEY=VALUE (repeatable; e.g. kvtier_log_jobs=true logs every transfer job)")
     g.add_argument("--ram-headroom-gib", type=float, default=8.0, help="free RAM to leave beside the pool (preflight)")
     g.add_argument("--health-timeout", type=float, default=1800.0, help="seconds to wait for /health after launch")
 

@@ -12,14 +12,16 @@ Examples
   kvtier-replay --trace mooncake:conversation_trace.jsonl --limit 500 --scale 0.01 --url http://127.0.0.1:8000 --out out/
 
 Writes to --out: client.jsonl (one line per request: sent tokens, usage's cached tokens, time to
-first chunk), run.yaml (trace, scaling, server), host.yaml, metrics.prom (the /metrics snapshot at
-the end), metrics_start.prom, and server.log for a launched server. Rerun with the same --out to
+first chunk), run.yaml (trace, scaling, server), host.yaml (the host, and for a launched server the
+observation period its counters cover, as the production pipeline reads it), metrics.prom (the
+/metrics snapshot at the end), metrics_start.prom, and server.log for a launched server. Rerun with the same --out to
 resume after the last answered request of each session.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import os
 import signal
 import sys
@@ -27,7 +29,7 @@ from pathlib import Path
 
 import yaml
 
-from ..eviction.host import host_info, versions
+from ..eviction.host import host_info, load_average, versions
 from ..harness import Terminated, _on_sigterm, _platform, _server_args, _spec, api_key, launched_server_meta
 from ..serving.client import RequestFailed, ServingClient
 from ..serving.redact import scrub_file, secret_values
@@ -67,6 +69,21 @@ def schedule(a: argparse.Namespace, s: Scaling):  # noqa: ANN201
     raise SystemExit(f"error: --trace must start with kv-cache-tester: or mooncake:, not {a.trace!r}")
 
 
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
+
+
+def host_record(facts: dict, software: dict, started: dt.datetime | None, ended: dt.datetime) -> dict:
+    """host.yaml: the host facts, and (launched server) the observation period in the production
+    pipeline's terms — from the launch (its counters start then) to the final /metrics snapshot,
+    the year its log lines omit, and vLLM's report interval (its default: ten seconds)."""
+    rec: dict = {"host": {**facts, "load_average_end": load_average()},
+                 "server": {"vllm_version": software.get("vllm"), "stats_interval_s": 10}}
+    if started is not None:  # attached: the counters' start is not ours to know
+        rec["observation"] = {"start": started.isoformat(), "end": ended.isoformat(), "log_year": started.year}
+    return rec
+
+
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     out = Path(a.out)
@@ -84,17 +101,19 @@ def main(argv: list[str] | None = None) -> int:
                         "max_tokens_cap": s.max_tokens_cap, "seed": s.seed},
             "turns": len(turns), "max_duration_s": a.max_duration, "versions": software,
             "server": {"mode": "attached", "url": a.url} if a.url else launched_server_meta(spec)}
+    facts = host_info()
+    started = None
     try:
         if not a.url:
             for line in preflight(spec):
                 print("preflight ok:", line, file=sys.stderr)
             server = VllmServer(spec, out / "server.log")
+            started = _now()
             server.start()
             print(f"starting vllm serve (log: {server.log_path})", file=sys.stderr)
             meta["server"]["health_wait_s"] = round(server.wait_healthy(a.health_timeout), 1)  # type: ignore[index]
         url = a.url or spec.url
         (out / "run.yaml").write_text(yaml.safe_dump(meta, sort_keys=False), encoding="utf-8")
-        (out / "host.yaml").write_text(yaml.safe_dump(host_info(), sort_keys=False), encoding="utf-8")
         model = None if a.url else a.served_name
         with ServingClient(url, model, timeout_s=a.request_timeout, api_key=key) as probe:
             if not (out / "metrics_start.prom").exists():
@@ -104,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
                         out / "client.jsonl", max_duration_s=a.max_duration, workers=a.workers, progress=not a.no_progress)
         with ServingClient(url, name, timeout_s=a.request_timeout, api_key=key) as probe:
             (out / "metrics.prom").write_text(probe.metrics_text(), encoding="utf-8")
+        ended = _now()
+        (out / "host.yaml").write_text(yaml.safe_dump(host_record(facts, software, started, ended), sort_keys=False),
+                                       encoding="utf-8")
     except (PreflightError, ServerDied, RequestFailed) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
