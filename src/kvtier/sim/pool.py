@@ -1,4 +1,5 @@
-"""vLLM's GPU block pool at concurrency 1, as an LRU over physical block copies.
+"""vLLM's GPU block pool as an LRU over physical block copies (at concurrency 1: `release`; with
+requests running at once: `acquire` when one starts, `give_back` when it ends).
 
 vLLM (v1) keeps free blocks in one queue: allocation takes from the front (evicting the cached
 block found there), a finished request's blocks are freed tail first to the end, so the pool is
@@ -27,7 +28,7 @@ from typing import Iterable, Sequence
 class BlockPool:
     """The GPU tier: `capacity` usable blocks (vLLM's null block excluded)."""
 
-    __slots__ = ("capacity", "_queue", "_copies", "_serial", "evictions")
+    __slots__ = ("capacity", "_queue", "_copies", "_serial", "evictions", "_refs", "_scratch")
 
     def __init__(self, capacity: int):
         if capacity < 0:
@@ -37,6 +38,8 @@ class BlockPool:
         self._copies: dict[int, list[int]] = {}  # block id -> its copies, first = the one a hit uses
         self._serial = 0
         self.evictions = 0
+        self._refs: dict[int, tuple[int, int]] = {}  # copy held by running requests -> (block id, holders)
+        self._scratch = 0  # unhashed slots held by running requests
 
     def __len__(self) -> int:
         return len(self._queue)
@@ -80,6 +83,59 @@ class BlockPool:
                 gone.append(block)
         self.evictions += max(excess, 0)
         return gone
+
+    def held(self) -> int:
+        """Slots held by running requests (acquire), which nothing can evict."""
+        return len(self._refs) + self._scratch
+
+    def acquire(self, hit: Sequence[int], fresh: Sequence[int], scratch: int = 0) -> tuple[list[int], list[int], int]:
+        """A request starts while others may run (vLLM's scheduler admitting it): the copy of each
+        `hit` block that a hit uses leaves the free queue (a block held by a running request is never
+        evicted), and a new copy of each `fresh` block plus `scratch` unhashed slots take free
+        slots: an empty one, else the cached copy at the front of the queue, which is evicted.
+
+        Returns the copies it holds (hit, then fresh, in the order given), the ids whose last copy
+        was evicted, and how many slots it could not get because every slot was held (vLLM would
+        not have admitted it; the caller's admission rule keeps this at 0).
+        """
+        queue, copies, refs = self._queue, self._copies, self._refs
+        held: list[int] = []
+        for block in hit:
+            copy = copies[block][0]
+            queue.pop(copy, None)
+            refs[copy] = (block, refs[copy][1] + 1 if copy in refs else 1)
+            held.append(copy)
+        excess = len(queue) + self.held() + len(fresh) + scratch - self.capacity
+        gone: list[int] = []
+        evict = min(max(excess, 0), len(queue))
+        for _ in range(evict):
+            copy, block = queue.popitem(last=False)
+            left = copies[block]
+            left.remove(copy)
+            if not left:
+                del copies[block]
+                gone.append(block)
+        self.evictions += evict
+        for block in fresh:
+            self._serial += 1
+            copies.setdefault(block, []).append(self._serial)
+            refs[self._serial] = (block, 1)
+            held.append(self._serial)
+        self._scratch += scratch
+        return held, gone, max(excess, 0) - evict
+
+    def give_back(self, held: Iterable[int], scratch: int = 0) -> None:
+        """A request ends: its copies, in the order vLLM frees them, join the end of the free
+        queue once no running request holds them; its unhashed slots become empty."""
+        queue, refs = self._queue, self._refs
+        for copy in held:
+            block, n = refs[copy]
+            if n > 1:
+                refs[copy] = (block, n - 1)
+                continue
+            del refs[copy]
+            queue[copy] = block
+        self._scratch -= scratch
 
     def resident(self) -> list[int]:
         """Block id of every copy, from the next victim to the most recent."""

@@ -141,9 +141,10 @@ class TieredCache:
         cpu.touch(key for key in reversed(seen) if key in cpu)
         return loaded, chunks
 
-    def access(self, req: Request) -> Outcome:
-        """Serve one request and update both tiers."""
-        blocks, max_hit, tokens, B = req.blocks, req.max_hit, req.tokens, self.block_tokens
+    def _lookup(self, req: Request) -> tuple[int, int, int]:
+        """The lookups of one request in both tiers, and the CPU tier's stores for it:
+        (GPU blocks hit, GPU blocks loaded from the CPU tier, chunks loaded)."""
+        blocks, max_hit = req.blocks, req.max_hit
         g = self.gpu.prefix_hits(blocks, max_hit)
         loaded = chunks = 0
         cpu = self.cpu
@@ -155,6 +156,20 @@ class TieredCache:
                 loaded, chunks = self._lmcache(keys, g, max_hit)
             if self.policy == "store_on_evict":
                 self._chunk_ends.update(keys)
+        return g, loaded, chunks
+
+    def _outcome(self, req: Request, g: int, loaded: int, chunks: int) -> Outcome:
+        B, tokens = self.block_tokens, req.tokens
+        # a load that reaches the prompt's end leaves its last token to compute (vLLM's scheduler)
+        hit_tokens = min((g + loaded) * B, tokens - 1 if loaded and self.flavor == "vllm" else tokens)
+        gpu_tokens = min(g * B, tokens)
+        return Outcome(req.label, tokens, gpu_tokens, hit_tokens - gpu_tokens, tokens - hit_tokens, g, chunks)
+
+    def access(self, req: Request) -> Outcome:
+        """Serve one request and update both tiers."""
+        blocks = req.blocks
+        g, loaded, chunks = self._lookup(req)
+        cpu = self.cpu
         # Freed tail first: [the unhashed block, when appended], the generated blocks last to first,
         # the prompt's computed blocks last to first (a new copy each), then its hit blocks.
         scratch_in_lru = 0 if self.unhashed_first else req.scratch
@@ -168,10 +183,7 @@ class TieredCache:
                 if key in ends:
                     ends.discard(key)
                     cpu.touch_in_order((key,))
-        # a load that reaches the prompt's end leaves its last token to compute (vLLM's scheduler)
-        hit_tokens = min((g + loaded) * B, tokens - 1 if loaded and self.flavor == "vllm" else tokens)
-        gpu_tokens = min(g * B, tokens)
-        return Outcome(req.label, tokens, gpu_tokens, hit_tokens - gpu_tokens, tokens - hit_tokens, g, chunks)
+        return self._outcome(req, g, loaded, chunks)
 
     def replay(self, requests: Iterable[Request]) -> list[Outcome]:
         """`access` for each request in order."""
