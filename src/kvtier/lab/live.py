@@ -62,12 +62,18 @@ HOST_CHUNKS = re.compile(r"kvtier_cpu_offload: .*blocks_per_chunk=(\d+) host_chu
 def server_shape(setup_dir: Path) -> dict[str, int | None]:
     """What the simulator needs, read from the server itself: its KV cache and block size (the
     first /metrics snapshot's cache_config_info) and its pool (the offload worker's startup line)."""
-    info = Snapshot.read(setup_dir / "metrics" / "0_start.prom").labels_of("vllm:cache_config_info")
+    return shape_of(setup_dir / "metrics" / "0_start.prom", setup_dir / "server.log")
+
+
+def shape_of(metrics: Path, server_log: Path) -> dict[str, int | None]:
+    """server_shape from a /metrics snapshot (cache_config_info) and the server log (the offload
+    worker's startup line; no line: no pool, cpu_chunks and chunk_blocks None)."""
+    info = Snapshot.read(metrics).labels_of("vllm:cache_config_info")
     try:
         block, blocks = int(info["block_size"]), int(info["num_gpu_blocks"])
     except (KeyError, ValueError):
-        raise RawRecordError(setup_dir / "metrics" / "0_start.prom", "cache_config_info lacks block_size / num_gpu_blocks") from None
-    m = HOST_CHUNKS.search((setup_dir / "server.log").read_text(encoding="utf-8", errors="replace"))
+        raise RawRecordError(metrics, "cache_config_info lacks block_size / num_gpu_blocks") from None
+    m = HOST_CHUNKS.search(Path(server_log).read_text(encoding="utf-8", errors="replace"))
     return {"block_tokens": block, "kv_blocks": blocks, "chunk_blocks": int(m.group(1)) if m else None,
             "cpu_chunks": int(m.group(2)) if m else None}
 

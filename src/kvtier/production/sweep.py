@@ -1,0 +1,380 @@
+"""A measured pool-size sweep on vLLM's CPU build, beside the simulator's prediction of it.
+
+Each run is one kvtier-replay capture (run.yaml, client.jsonl, metrics_start.prom, metrics.prom,
+server.log) of the same public sessions at one pool size. Per run:
+
+- measured: prompt tokens by source from the server's counters (final snapshot less the first),
+  the production pipeline's parser and `token_sources`;
+- predicted: the same request stream rebuilt from run.yaml's trace and scaling
+  (kvtier.replay.schedule), only the requests the run answered, in the order the server received
+  them (client.jsonl `sent_s`), replayed through kvtier.sim at the GPU cache and pool read from the
+  run's own records (cache_config_info, the offload worker's startup line; kvtier.lab.live);
+- per request: the usage field `cached_tokens` (GPU + pool) against the prediction.
+
+Two replays of the stream: one request at a time (`TieredCache`, the model of the lab and the
+counterfactual), and as the server ran them (`ResidentCache` + `replay_admitted`: a running
+request's blocks are held; requests are admitted first come, first served, when their blocks fit
+beside those of the running ones; each ends at the finish time its client line records). The
+second is the prediction: the client keeps up to 16 requests in flight, and the server's KV cache
+holds only a few prompts, so most requests wait, and while they run nothing else can evict them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+import pandas as pd
+import yaml
+
+from ..errors import RawRecordError
+from ..lab.live import shape_of
+from ..replay.schedule import Scaling, Turn, kv_cache_tester, mooncake
+from ..sim import TieredCache
+from ..sim.requests import Request, prompt_request, token_chain
+from ..sim.resident import Admission, ResidentCache, replay_admitted
+from .analysis import token_sources
+from .promtext import Snapshot, read_prometheus
+
+GIB = 2**30
+SOURCES = ("gpu", "pool", "computed")
+MODELS = ("measured", "simulated", "sequential")  # counters; the replay as the server ran it; one at a time
+# client.jsonl: the fields a sweep reads from every line, and their types
+CLIENT_FIELDS: dict[str, tuple[type, ...]] = {
+    "session": (int,), "index": (int,), "status": (str,), "sent_s": (int, float), "total_s": (int, float),
+    "prompt_tokens_sent": (int,), "max_tokens": (int,)}
+ANSWERED_FIELDS: dict[str, tuple[type, ...]] = {"cached_tokens": (int,), "usage_prompt_tokens": (int,)}
+RUN_FILES = ("run.yaml", "client.jsonl", "metrics_start.prom", "metrics.prom", "server.log")
+
+
+def read_client_log(path: str | Path) -> pd.DataFrame:
+    """client.jsonl: one row per answered request (status ok), with its line number, in file order.
+    A line that is not JSON, lacks a field or has one of the wrong type is an error naming it."""
+    path = Path(path)
+    rows = []
+    seen: dict[tuple[int, int], int] = {}
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise RawRecordError(path, f"not JSON ({e.msg})", line=lineno, record=line) from None
+        if not isinstance(rec, dict):
+            raise RawRecordError(path, "not a JSON object", line=lineno, record=line)
+        want = dict(CLIENT_FIELDS, **(ANSWERED_FIELDS if rec.get("status") == "ok" else {}))
+        for name, types in want.items():
+            v = rec.get(name)
+            if v is None or isinstance(v, bool) or not isinstance(v, types):
+                raise RawRecordError(path, f"field {name!r} is {v!r}, expected {' or '.join(t.__name__ for t in types)}",
+                                     line=lineno, record=line)
+        if rec["status"] != "ok":
+            continue
+        key = (rec["session"], rec["index"])
+        if key in seen:
+            raise RawRecordError(path, f"session {key[0]} turn {key[1]} answered twice (first on line {seen[key]})", line=lineno)
+        seen[key] = lineno
+        if rec["usage_prompt_tokens"] != rec["prompt_tokens_sent"]:
+            raise RawRecordError(path, f"usage counts {rec['usage_prompt_tokens']} prompt tokens, the client sent "
+                                       f"{rec['prompt_tokens_sent']}", line=lineno)
+        if not 0 <= rec["cached_tokens"] <= rec["prompt_tokens_sent"]:
+            raise RawRecordError(path, f"cached_tokens {rec['cached_tokens']} outside 0..{rec['prompt_tokens_sent']}", line=lineno)
+        rows.append({**{k: rec[k] for k in (*CLIENT_FIELDS, *ANSWERED_FIELDS)}, "line": lineno})
+    if not rows:
+        raise RawRecordError(path, "no answered request")
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True)
+class SweepRun:
+    path: Path
+    meta: dict[str, Any]          # run.yaml
+    requests: pd.DataFrame        # answered requests, in the order the server received them
+    shape: dict[str, int | None]  # block_tokens, kv_blocks, chunk_blocks, cpu_chunks
+    measured: dict[str, float]    # tokens by source over the run (token_sources' keys)
+    preemptions: float
+
+    @property
+    def pool_bytes(self) -> int:
+        return int(round(float(self.meta["server"].get("offload_gib") or 0) * GIB)) if self.tiered else 0
+
+    @property
+    def tiered(self) -> bool:
+        return self.shape["cpu_chunks"] is not None
+
+    @property
+    def pool_tokens(self) -> int:
+        s = self.shape
+        return int(s["cpu_chunks"] * s["chunk_blocks"] * s["block_tokens"]) if self.tiered else 0  # type: ignore[operator]
+
+    @property
+    def kv_cache_tokens(self) -> int:
+        return int(self.shape["kv_blocks"]) * int(self.shape["block_tokens"])  # type: ignore[arg-type]
+
+
+def _delta(end: Snapshot, start: Snapshot) -> dict[str, float]:
+    """token_sources over the run: the final snapshot's counters less the first's."""
+    out = token_sources(end)
+    if start.has("vllm:prompt_tokens_by_source_total"):
+        first = start.by_label("vllm:prompt_tokens_by_source_total", "source")
+        out["gpu"] -= float(first.get("local_cache_hit", 0.0))
+        out["pool"] -= float(first.get("external_kv_transfer", 0.0))
+        out["computed"] -= float(first.get("local_compute", 0.0))
+        out["prompt"] -= float(start.value("vllm:prompt_tokens_total"))
+    out["missed"] = out["pool"] + out["computed"]
+    return out
+
+
+def read_run(run_dir: str | Path) -> SweepRun:
+    """One sweep run's records, checked against each other: the counters' prompt tokens are those of
+    the answered requests, and a run with a pool (run.yaml) has the offload worker's startup line."""
+    run_dir = Path(run_dir)
+    for name in RUN_FILES:
+        if not (run_dir / name).is_file():
+            raise RawRecordError(run_dir / name, "missing: a sweep run needs " + ", ".join(RUN_FILES))
+    meta = yaml.safe_load((run_dir / "run.yaml").read_text(encoding="utf-8"))
+    for key in ("trace", "scaling", "server"):
+        if not isinstance(meta, dict) or key not in meta:
+            raise RawRecordError(run_dir / "run.yaml", f"no {key!r} entry (not a kvtier-replay run record)")
+    reqs = read_client_log(run_dir / "client.jsonl").sort_values(["sent_s", "line"], kind="stable").reset_index(drop=True)
+    shape = shape_of(run_dir / "metrics_start.prom", run_dir / "server.log")
+    tier = meta["server"].get("tier")
+    if (tier == "none") != (shape["cpu_chunks"] is None):
+        raise RawRecordError(run_dir / "server.log", f"run.yaml says tier {tier!r}, but the offload worker's startup line is "
+                                                     f"{'present' if shape['cpu_chunks'] is not None else 'missing'}")
+    end, start = read_prometheus(run_dir / "metrics.prom"), read_prometheus(run_dir / "metrics_start.prom")
+    measured = _delta(end, start)
+    sent = int(reqs.prompt_tokens_sent.sum())
+    if measured["prompt"] != sent:
+        raise RawRecordError(run_dir / "metrics.prom", f"the counters grew by {measured['prompt']:.0f} prompt tokens, "
+                                                      f"the answered requests of client.jsonl sent {sent}")
+    if abs(measured["gpu"] + measured["pool"] - float(reqs.cached_tokens.sum())) > 0:
+        raise RawRecordError(run_dir / "metrics.prom", f"the counters credit {measured['gpu'] + measured['pool']:.0f} tokens to "
+                                                      f"the KV cache and the pool, usage in client.jsonl {int(reqs.cached_tokens.sum())}")
+    pre = end.value("vllm:num_preemptions_total") - (start.value("vllm:num_preemptions_total") if start.has("vllm:num_preemptions_total") else 0.0)
+    return SweepRun(run_dir, meta, reqs, shape, measured, pre)
+
+
+def scaling_of(meta: dict[str, Any]) -> tuple[Scaling, float]:
+    sc = meta["scaling"]
+    return (Scaling(scale=float(sc["scale"]), compress=float(sc["compress"]), vocab_size=int(sc["vocab_size"]),
+                    max_tokens_cap=int(sc["max_tokens_cap"]), seed=int(sc["seed"])), float(sc.get("session_gap_s") or 0.0))
+
+
+def rebuild_turns(meta: dict[str, Any], trace: str | Path, where: str | Path = "run.yaml") -> list[Turn]:
+    """The run's schedule, as kvtier-replay built it, from `trace` (the file run.yaml names)."""
+    kind, _, recorded = str(meta["trace"]).partition(":")
+    if Path(recorded).name != Path(trace).name:
+        raise RawRecordError(where, f"the run replayed {recorded!r}, the trace given is {str(trace)!r}")
+    s, gap = scaling_of(meta)
+    if kind == "kv-cache-tester":
+        return kv_cache_tester(trace, s, sessions=int(meta["sessions"]), session_gap_s=gap)
+    if kind == "mooncake":
+        return mooncake(trace, s, limit=meta.get("limit"))
+    raise RawRecordError(where, f"trace {meta['trace']!r}: not kv-cache-tester: or mooncake:")
+
+
+def stream(run: SweepRun, turns: Iterable[Turn]) -> list[Request]:
+    """The simulator's view of the requests the run answered, in the order the server received
+    them: each prompt's token ids as block ids (kvtier.sim.requests.token_chain), the answer's KV
+    (max_tokens - 1 tokens: the last one sampled is never fed back)."""
+    by = {(t.session, t.index): t for t in turns}
+    B = int(run.shape["block_tokens"])  # type: ignore[arg-type]
+    ids: dict[tuple[int, tuple[int, ...]], int] = {}
+    out = []
+    path = run.path / "client.jsonl"
+    for r in run.requests.itertuples():
+        t = by.get((r.session, r.index))
+        if t is None:
+            raise RawRecordError(path, f"session {r.session} turn {r.index} is not in the rebuilt schedule", line=r.line)
+        if len(t.prompt) != r.prompt_tokens_sent or t.max_tokens != r.max_tokens:
+            raise RawRecordError(path, f"session {r.session} turn {r.index}: the rebuilt schedule has {len(t.prompt)} prompt tokens "
+                                       f"and max_tokens {t.max_tokens}, the client sent {r.prompt_tokens_sent} and {r.max_tokens}",
+                                 line=r.line)
+        out.append(prompt_request(iter(token_chain(t.prompt, B, ids)), len(t.prompt), B, generated=r.max_tokens - 1,
+                                  label=f"{r.session}:{r.index}"))
+    return out
+
+
+def _cache(run: SweepRun, kind: type[TieredCache], null_blocks: int) -> TieredCache:
+    s = run.shape
+    return kind(int(s["kv_blocks"]) - null_blocks, int(s["block_tokens"]), cpu_chunks=s["cpu_chunks"],  # type: ignore[arg-type]
+                chunk_blocks=s["chunk_blocks"] or 1, flavor="vllm")
+
+
+def predict(run: SweepRun, requests: list[Request], null_blocks: int = 1) -> tuple[pd.DataFrame, Admission]:
+    """Per request: measured cached tokens beside both replays' outcomes. `null_blocks`: vLLM keeps
+    block 0 as its null block (BlockPool in vllm/v1/core/block_pool.py)."""
+    r = run.requests
+    resident = _cache(run, ResidentCache, null_blocks)
+    outs, admission = replay_admitted(resident, requests, r.sent_s.tolist(), (r.sent_s + r.total_s).tolist())  # type: ignore[arg-type]
+    seq = _cache(run, TieredCache, null_blocks).replay(requests)
+    table = r.assign(order=range(len(r)), prompt_tokens=r.prompt_tokens_sent,
+                     pred_gpu_tokens=[o.gpu_tokens for o in outs], pred_pool_tokens=[o.cpu_tokens for o in outs],
+                     pred_computed_tokens=[o.computed_tokens for o in outs],
+                     seq_gpu_tokens=[o.gpu_tokens for o in seq], seq_pool_tokens=[o.cpu_tokens for o in seq],
+                     seq_computed_tokens=[o.computed_tokens for o in seq])
+    table["agrees"] = table.cached_tokens == table.pred_gpu_tokens + table.pred_pool_tokens
+    table["seq_agrees"] = table.cached_tokens == table.seq_gpu_tokens + table.seq_pool_tokens
+    return table, admission
+
+
+def shares(tokens: dict[str, float]) -> dict[str, float]:
+    prompt = sum(tokens[s] for s in SOURCES)
+    missed = tokens["pool"] + tokens["computed"]
+    out = {f"share_{s}": tokens[s] / prompt for s in SOURCES}
+    out["pool_share_of_misses"] = tokens["pool"] / missed if missed else math.nan
+    return out
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run: SweepRun
+    table: pd.DataFrame
+    admission: Admission
+
+    def tokens(self, model: str) -> dict[str, float]:
+        if model == "measured":
+            return {s: float(self.run.measured[s]) for s in SOURCES}
+        p = {"simulated": "pred", "sequential": "seq"}[model]
+        return {s: float(self.table[f"{p}_{s}_tokens"].sum()) for s in SOURCES}
+
+
+def analyse(run_dirs: Iterable[str | Path], trace: str | Path) -> list[RunResult]:
+    """Every run, ordered by pool size; the schedule is rebuilt once per distinct trace and scaling."""
+    schedules: dict[str, list[Turn]] = {}
+    results = []
+    for d in run_dirs:
+        run = read_run(d)
+        key = json.dumps([run.meta["trace"], run.meta["scaling"], run.meta.get("sessions"), run.meta.get("limit")], sort_keys=True)
+        if key not in schedules:
+            schedules[key] = rebuild_turns(run.meta, trace, run.path / "run.yaml")
+        turns = schedules[key]
+        table, admission = predict(run, stream(run, turns))
+        results.append(RunResult(run, table, admission))
+    results.sort(key=lambda x: (x.run.pool_tokens, str(x.run.path)))
+    base = results[0].run
+    for x in results[1:]:
+        if x.run.kv_cache_tokens != base.kv_cache_tokens or x.run.meta["scaling"] != base.meta["scaling"]:
+            raise RawRecordError(x.run.path / "run.yaml", f"not the same sweep as {base.path}: KV cache or scaling differ")
+    return results
+
+
+def tidy(results: list[RunResult]) -> pd.DataFrame:
+    """One row per run, model and source: tokens and share of prompt tokens."""
+    rows = []
+    for x in results:
+        for model in MODELS:
+            t = x.tokens(model)
+            sh = shares(t)
+            for s in SOURCES:
+                rows.append({"run": x.run.path.as_posix(), "pool_bytes": x.run.pool_bytes, "pool_tokens": x.run.pool_tokens,
+                             "kv_cache_tokens": x.run.kv_cache_tokens, "model": model, "source": s, "tokens": t[s],
+                             "share": sh[f"share_{s}"], "pool_share_of_misses": sh["pool_share_of_misses"]})
+    return pd.DataFrame(rows)
+
+
+def requests_table(results: list[RunResult]) -> pd.DataFrame:
+    return pd.concat([x.table.assign(run=x.run.path.as_posix(), pool_tokens=x.run.pool_tokens) for x in results], ignore_index=True)
+
+
+def register_numbers(writer: Any, results: list[RunResult]) -> None:
+    """sweepcpu.*: the sweep's fixed settings, then per run (sweepcpu.run.<i>, smallest pool first)
+    its pool, the measured and predicted shares, their differences and the per-request agreement."""
+    base = results[0].run
+    writer.reading(*[x.run.path / f for x in results for f in RUN_FILES])
+    writer.add("sweepcpu.runs", len(results), "count")
+    writer.add("sweepcpu.kv_cache_tokens", base.kv_cache_tokens, "tokens")
+    writer.add("sweepcpu.block_tokens", int(base.shape["block_tokens"]), "tokens")  # type: ignore[arg-type]
+    chunked = [x.run for x in results if x.run.tiered]
+    if chunked:
+        writer.add("sweepcpu.chunk_tokens", int(chunked[0].shape["chunk_blocks"]) * int(chunked[0].shape["block_tokens"]), "tokens")  # type: ignore[arg-type]
+    sc = base.meta["scaling"]
+    writer.add("sweepcpu.sessions", int(base.meta.get("sessions") or 0), "count")
+    writer.add("sweepcpu.scale", float(sc["scale"]), "x")
+    writer.add("sweepcpu.compress", float(sc["compress"]), "x")
+    writer.add("sweepcpu.session_gap", float(sc["session_gap_s"]), "s")
+    worst = worst_seq = 0.0
+    for i, x in enumerate(results):
+        writer.reading(*[x.run.path / f for f in RUN_FILES])
+        p = f"sweepcpu.run.{i}."
+        r = x.run
+        writer.add(p + "pool_bytes", r.pool_bytes, "B")
+        writer.add(p + "pool_tokens", r.pool_tokens, "tokens")
+        writer.add(p + "pool_chunks", int(r.shape["cpu_chunks"] or 0), "count")
+        writer.add(p + "pool_over_cache", r.pool_tokens / r.kv_cache_tokens, "x")
+        writer.add(p + "requests", len(x.table), "requests")
+        writer.add(p + "prompt_tokens", float(r.measured["prompt"]), "tokens")
+        writer.add(p + "preemptions", float(r.preemptions), "count")
+        for model in MODELS:
+            for k, v in shares(x.tokens(model)).items():
+                if not math.isnan(v):
+                    writer.add(p + f"{model}.{k}", v, "fraction")
+        m = shares(x.tokens("measured"))
+        for model in ("simulated", "sequential"):
+            sh = shares(x.tokens(model))
+            gaps = [sh[f"share_{s}"] - m[f"share_{s}"] for s in SOURCES]
+            for s, g in zip(SOURCES, gaps):
+                writer.add(p + f"{model}.diff_points_{s}", 100 * g, "count", note="simulated share less measured, percentage points")
+            writer.add(p + f"{model}.worst_points", 100 * max(map(abs, gaps)), "count")
+            if model == "simulated":
+                worst = max(worst, max(map(abs, gaps)))
+            else:
+                worst_seq = max(worst_seq, max(map(abs, gaps)))
+        writer.add(p + "agree", int(x.table.agrees.sum()), "requests")
+        writer.add(p + "sequential.agree", int(x.table.seq_agrees.sum()), "requests")
+        writer.add(p + "waited", x.admission.waited, "requests")
+        writer.add(p + "forced", x.admission.forced, "requests")
+        writer.add(p + "max_running", x.admission.max_running, "requests")
+    writer.reading(*[x.run.path / f for x in results for f in RUN_FILES])
+    writer.add("sweepcpu.worst_points", 100 * worst, "count", note="largest gap of any share, any run, percentage points")
+    writer.add("sweepcpu.sequential.worst_points", 100 * worst_seq, "count")
+    writer.add("sweepcpu.requests", int(sum(len(x.table) for x in results)), "requests")
+    writer.add("sweepcpu.agree", int(sum(int(x.table.agrees.sum()) for x in results)), "requests")
+    writer.add("sweepcpu.sequential.agree", int(sum(int(x.table.seq_agrees.sum()) for x in results)), "requests")
+
+
+STYLE = {"measured": dict(color="#222222", marker="o", linestyle="none", label="measured (server counters)"),
+         "simulated": dict(color="#1f5fa8", marker="", linestyle="-", label="simulator, requests as the server ran them"),
+         "sequential": dict(color="#c2571a", marker="", linestyle="--", label="simulator, one request at a time")}
+
+
+def figure(tidy_table: pd.DataFrame, out: str | Path) -> None:
+    """Figure 2's shape, measured: (a) share of prompt tokens from the KV cache and from the pool,
+    (b) share of the KV cache's misses served by the pool, against pool size / KV cache size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..render.svg import save_svg
+
+    t = tidy_table.assign(ratio=tidy_table.pool_tokens / tidy_table.kv_cache_tokens)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9.5, 3.6), constrained_layout=True)
+    for model in MODELS:
+        st = dict(STYLE[model])
+        g = t[t.model == model].sort_values("ratio")
+        for source, fill in (("gpu", "white"), ("pool", None)):
+            q = g[g.source == source]
+            kw = dict(st, label=f"{st['label']}" if source == "pool" else None)
+            if model == "measured":
+                kw["markerfacecolor"] = fill or st["color"]
+            a.plot(q.ratio, 100 * q.share, **kw)
+        q = g[(g.source == "pool") & (g.pool_tokens > 0)]
+        b.plot(q.ratio, 100 * q.pool_share_of_misses, **st)
+    a.annotate("from the pool", xy=(0.98, 0.92), xycoords="axes fraction", ha="right", fontsize=8, color="0.3")
+    a.set_ylabel("prompt tokens (%): open = KV cache, filled = pool")
+    b.set_ylabel("KV-cache misses served by the pool (%)")
+    for ax in (a, b):
+        ax.set_xlabel("pool size / KV cache size")
+        ax.grid(alpha=0.3)
+        ax.set_ylim(bottom=0)
+    a.set_title("(a) where prompt tokens came from", fontsize=10, loc="left")
+    b.set_title("(b) share of misses served", fontsize=10, loc="left")
+    b.legend(fontsize=8, frameon=False, loc="lower right")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    save_svg(fig, out, "sweep_cpu")
+    plt.close(fig)
