@@ -333,6 +333,11 @@ def register_numbers(writer: Any, results: list[RunResult]) -> None:
     writer.add("sweepcpu.worst_points", 100 * worst, "count", note="largest gap of any share, any run, percentage points")
     writer.add("sweepcpu.sequential.worst_points", 100 * worst_seq, "count")
     writer.add("sweepcpu.requests", int(sum(len(x.table) for x in results)), "requests")
+    writer.add("sweepcpu.waited", int(sum(x.admission.waited for x in results)), "requests")
+    writer.add("sweepcpu.forced", int(sum(x.admission.forced for x in results)), "requests")
+    writer.add("sweepcpu.preemptions", float(sum(x.run.preemptions for x in results)), "count")
+    writer.add("sweepcpu.max_running", int(max(x.admission.max_running for x in results)), "requests")
+    writer.add("sweepcpu.with_pool", sum(1 for x in results if x.run.tiered), "count")
     writer.add("sweepcpu.agree", int(sum(int(x.table.agrees.sum()) for x in results)), "requests")
     writer.add("sweepcpu.sequential.agree", int(sum(int(x.table.seq_agrees.sum()) for x in results)), "requests")
 
@@ -378,3 +383,15 @@ def figure(tidy_table: pd.DataFrame, out: str | Path) -> None:
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     save_svg(fig, out, "sweep_cpu")
     plt.close(fig)
+
+
+def check_trace(path: str | Path, sha256: str) -> None:
+    """The public trace the stream is rebuilt from must be the one the config pins."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    if h.hexdigest() != sha256:
+        raise RawRecordError(path, f"sha256 {h.hexdigest()}, the config pins {sha256}: not the trace the sweep replayed")
