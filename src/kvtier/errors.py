@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any, Iterator
 
 
 class RawRecordError(ValueError):
@@ -18,6 +20,18 @@ class RawRecordError(ValueError):
             shown = record if len(record) <= 160 else record[:157] + "..."
             text += f"\n    {shown}"
         super().__init__(text)
+
+
+def jsonl_records(path: str | Path) -> Iterator[tuple[int, str, Any]]:
+    """(line number, line, parsed record) of each non-blank line of a JSON Lines file; a line that
+    is not JSON is a RawRecordError naming it."""
+    for lineno, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            yield lineno, line, json.loads(line)
+        except json.JSONDecodeError as e:
+            raise RawRecordError(path, f"not JSON ({e.msg})", line=lineno, record=line) from None
 
 
 class ManifestError(RuntimeError):

@@ -21,7 +21,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from ..errors import RawRecordError
+from ..errors import RawRecordError, jsonl_records
 from ..numbers import atomic_write_text
 
 FORMAT = "kvtier-eviction/1"
@@ -147,13 +147,7 @@ def read_run(run_dir: str | Path, run_schema: Path = RUN_SCHEMA, request_schema:
     req_path = run_dir / "requests.jsonl"
     requests: list[dict[str, Any]] = []
     if req_path.exists():
-        for i, line in enumerate(req_path.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise RawRecordError(req_path, f"not JSON ({e.msg})", line=i, record=line) from None
+        for i, line, rec in jsonl_records(req_path):
             err = next(iter(validator.iter_errors(rec)), None)
             if err is not None:
                 where = "/".join(map(str, err.absolute_path)) or "(top)"

@@ -30,7 +30,7 @@ from typing import Any, Iterable
 import pandas as pd
 import yaml
 
-from ..errors import RawRecordError
+from ..errors import RawRecordError, jsonl_records
 from ..lab.live import shape_of
 from ..replay.schedule import Scaling, Turn, kv_cache_tester, mooncake
 from ..sim import TieredCache
@@ -56,13 +56,7 @@ def read_client_log(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     rows = []
     seen: dict[tuple[int, int], int] = {}
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise RawRecordError(path, f"not JSON ({e.msg})", line=lineno, record=line) from None
+    for lineno, line, rec in jsonl_records(path):
         if not isinstance(rec, dict):
             raise RawRecordError(path, "not a JSON object", line=lineno, record=line)
         want = dict(CLIENT_FIELDS, **(ANSWERED_FIELDS if rec.get("status") == "ok" else {}))

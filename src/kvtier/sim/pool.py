@@ -72,16 +72,20 @@ class BlockPool:
             copies.setdefault(block, []).append(self._serial)
         for block in hit:
             queue.move_to_end(copies[block][0])
+        return self._evict(len(queue) - max(self.capacity - reserve, 0))
+
+    def _evict(self, n: int) -> list[int]:
+        """Evict `n` copies from the front of the free queue; the ids whose last copy went."""
+        queue, copies = self._queue, self._copies
         gone: list[int] = []
-        excess = len(queue) - max(self.capacity - reserve, 0)
-        for _ in range(max(excess, 0)):
+        for _ in range(max(n, 0)):
             copy, block = queue.popitem(last=False)
             left = copies[block]
             left.remove(copy)
             if not left:
                 del copies[block]
                 gone.append(block)
-        self.evictions += max(excess, 0)
+        self.evictions += max(n, 0)
         return gone
 
     def held(self) -> int:
@@ -106,16 +110,8 @@ class BlockPool:
             refs[copy] = (block, refs[copy][1] + 1 if copy in refs else 1)
             held.append(copy)
         excess = len(queue) + self.held() + len(fresh) + scratch - self.capacity
-        gone: list[int] = []
         evict = min(max(excess, 0), len(queue))
-        for _ in range(evict):
-            copy, block = queue.popitem(last=False)
-            left = copies[block]
-            left.remove(copy)
-            if not left:
-                del copies[block]
-                gone.append(block)
-        self.evictions += evict
+        gone = self._evict(evict)
         for block in fresh:
             self._serial += 1
             copies.setdefault(block, []).append(self._serial)
