@@ -47,6 +47,7 @@ CLIENT_FIELDS: dict[str, tuple[type, ...]] = {
     "session": (int,), "index": (int,), "status": (str,), "sent_s": (int, float), "total_s": (int, float),
     "prompt_tokens_sent": (int,), "max_tokens": (int,)}
 ANSWERED_FIELDS: dict[str, tuple[type, ...]] = {"cached_tokens": (int,), "usage_prompt_tokens": (int,)}
+NEAR_BLOCKS = 2  # a prediction off by at most this many blocks counts as near (the table's second count)
 RUN_FILES = ("run.yaml", "client.jsonl", "metrics_start.prom", "metrics.prom", "server.log")
 
 
@@ -332,6 +333,20 @@ def register_numbers(writer: Any, results: list[RunResult]) -> None:
     writer.add("sweepcpu.preemptions", float(sum(x.run.preemptions for x in results)), "count")
     writer.add("sweepcpu.max_running", int(max(x.admission.max_running for x in results)), "requests")
     writer.add("sweepcpu.with_pool", sum(1 for x in results if x.run.tiered), "count")
+    durations = [float(x.run.meta.get("max_duration_s") or 0.0) for x in results]
+    writer.add("sweepcpu.max_duration_min", min(durations), "s")
+    writer.add("sweepcpu.max_duration_max", max(durations), "s")
+    writer.add("sweepcpu.requests_min", int(min(len(x.table) for x in results)), "requests")
+    writer.add("sweepcpu.requests_max", int(max(len(x.table) for x in results)), "requests")
+    gpu = [shares(x.tokens("measured"))["share_gpu"] for x in results]
+    writer.add("sweepcpu.measured.share_gpu_min", min(gpu), "fraction")
+    writer.add("sweepcpu.measured.share_gpu_max", max(gpu), "fraction")
+    near = sum(int((abs(x.table.cached_tokens - x.table.pred_gpu_tokens - x.table.pred_pool_tokens)
+                    <= NEAR_BLOCKS * int(x.run.shape["block_tokens"])).sum()) for x in results)  # type: ignore[arg-type]
+    writer.reading()
+    writer.add("sweepcpu.near_blocks", NEAR_BLOCKS, "blocks")
+    writer.reading(*[x.run.path / f for x in results for f in RUN_FILES])
+    writer.add("sweepcpu.within_near_blocks", near, "requests", note="requests whose predicted cached tokens are within near_blocks blocks")
     writer.add("sweepcpu.agree", int(sum(int(x.table.agrees.sum()) for x in results)), "requests")
     writer.add("sweepcpu.sequential.agree", int(sum(int(x.table.seq_agrees.sum()) for x in results)), "requests")
 
@@ -351,28 +366,29 @@ def figure(tidy_table: pd.DataFrame, out: str | Path) -> None:
 
     from ..render.svg import save_svg
 
+    from matplotlib.lines import Line2D
+
     t = tidy_table.assign(ratio=tidy_table.pool_tokens / tidy_table.kv_cache_tokens)
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9.5, 3.6), constrained_layout=True)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9.5, 3.8), constrained_layout=True)
     for model in MODELS:
         st = dict(STYLE[model])
         g = t[t.model == model].sort_values("ratio")
-        for source, fill in (("gpu", "white"), ("pool", None)):
+        for source, fill in (("gpu", "white"), ("pool", st["color"])):
             q = g[g.source == source]
-            kw = dict(st, label=f"{st['label']}" if source == "pool" else None)
-            if model == "measured":
-                kw["markerfacecolor"] = fill or st["color"]
-            a.plot(q.ratio, 100 * q.share, **kw)
-        q = g[(g.source == "pool") & (g.pool_tokens > 0)]
+            a.plot(q.ratio, 100 * q.share, **dict(st, label=None, markerfacecolor=fill))
+        q = g[g.source == "pool"]
         b.plot(q.ratio, 100 * q.pool_share_of_misses, **st)
-    a.annotate("from the pool", xy=(0.98, 0.92), xycoords="axes fraction", ha="right", fontsize=8, color="0.3")
-    a.set_ylabel("prompt tokens (%): open = KV cache, filled = pool")
+    a.set_ylabel("share of prompt tokens (%)")
     b.set_ylabel("KV-cache misses served by the pool (%)")
     for ax in (a, b):
         ax.set_xlabel("pool size / KV cache size")
         ax.grid(alpha=0.3)
         ax.set_ylim(bottom=0)
-    a.set_title("(a) where prompt tokens came from", fontsize=10, loc="left")
+    a.set_title("(a) from the KV cache (open) and the pool (filled)", fontsize=10, loc="left")
     b.set_title("(b) share of misses served", fontsize=10, loc="left")
+    kinds = [Line2D([], [], color="0.3", marker="o", linestyle="none", markerfacecolor="white", label="from the KV cache"),
+             Line2D([], [], color="0.3", marker="o", linestyle="none", label="from the pool")]
+    a.legend(handles=kinds, fontsize=8, frameon=False, loc="center right")
     b.legend(fontsize=8, frameon=False, loc="lower right")
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     save_svg(fig, out, "sweep_cpu")
