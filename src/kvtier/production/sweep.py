@@ -111,8 +111,10 @@ class SweepRun:
 
 
 def _delta(end: Snapshot, start: Snapshot) -> dict[str, float]:
-    """token_sources over the run: the final snapshot's counters less the first's."""
-    out = token_sources(end)
+    """Prompt tokens by source over the run (token_sources' prompt, gpu, pool, computed, missed):
+    the final snapshot's counters less the first's."""
+    last = token_sources(end)
+    out = {k: float(last[k]) for k in ("prompt", "gpu", "pool", "computed")}
     if start.has("vllm:prompt_tokens_by_source_total"):
         first = start.by_label("vllm:prompt_tokens_by_source_total", "source")
         out["gpu"] -= float(first.get("local_cache_hit", 0.0))
