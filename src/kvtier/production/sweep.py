@@ -349,6 +349,9 @@ def register_numbers(writer: Any, results: list[RunResult]) -> None:
     writer.add("sweepcpu.near_blocks", NEAR_BLOCKS, "blocks")
     writer.reading(*[x.run.path / f for x in results for f in RUN_FILES])
     writer.add("sweepcpu.within_near_blocks", near, "requests", note="requests whose predicted cached tokens are within near_blocks blocks")
+    agree = int(sum(int(x.table.agrees.sum()) for x in results))
+    writer.add("sweepcpu.missed", int(sum(len(x.table) for x in results)) - agree, "requests")
+    writer.add("sweepcpu.near_not_exact", near - agree, "requests")
     writer.add("sweepcpu.agree", int(sum(int(x.table.agrees.sum()) for x in results)), "requests")
     writer.add("sweepcpu.sequential.agree", int(sum(int(x.table.seq_agrees.sum()) for x in results)), "requests")
 
