@@ -75,8 +75,8 @@ def _now() -> dt.datetime:
 
 def host_record(facts: dict, software: dict, started: dt.datetime | None, ended: dt.datetime) -> dict:
     """host.yaml: the host facts, and (launched server) the observation period in the production
-    pipeline's terms — from the launch (its counters start then) to the final /metrics snapshot,
-    the year its log lines omit, and vLLM's report interval (its default: ten seconds)."""
+    pipeline's terms — from the launch (its counters start then) to the server's stop, after the
+    final /metrics snapshot (no request was sent in between), the year its log lines omit, and vLLM's report interval (its default: ten seconds)."""
     rec: dict = {"host": {**facts, "load_average_end": load_average()},
                  "server": {"vllm_version": software.get("vllm"), "stats_interval_s": 10}}
     if started is not None:  # attached: the counters' start is not ours to know
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
             "turns": len(turns), "max_duration_s": a.max_duration, "versions": software,
             "server": {"mode": "attached", "url": a.url} if a.url else launched_server_meta(spec)}
     facts = host_info()
-    started = None
+    started, done = None, False
     try:
         if not a.url:
             for line in preflight(spec):
@@ -123,9 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                         out / "client.jsonl", max_duration_s=a.max_duration, workers=a.workers, progress=not a.no_progress)
         with ServingClient(url, name, timeout_s=a.request_timeout, api_key=key) as probe:
             (out / "metrics.prom").write_text(probe.metrics_text(), encoding="utf-8")
-        ended = _now()
-        (out / "host.yaml").write_text(yaml.safe_dump(host_record(facts, software, started, ended), sort_keys=False),
-                                       encoding="utf-8")
+        done = True
     except (PreflightError, ServerDied, RequestFailed) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -135,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if server is not None:
             server.stop()
+        if done:  # the observation ends when the server stops (its log ends there), after the final snapshot
+            (out / "host.yaml").write_text(yaml.safe_dump(host_record(facts, software, started, _now()), sort_keys=False),
+                                           encoding="utf-8")
         scrub_file(out / "server.log", secret_values(spec.command(), {**os.environ, **spec.env, "API_KEY": key or ""}))
     print(f"{out}: {counts}")
     return 0
