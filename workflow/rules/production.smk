@@ -3,23 +3,11 @@
 #   -> its numbers, tidy restores, Table 2 and Figure 1b. Every setup runs the same rules; what
 #   differs is settings (config production.setups). The data contract runs at ingest
 #   (kvtier.production.contract).
-from kvtier.replay import opt_in_capture as replay_opt_in
+from kvtier.production.setups import file_of, settings as setup_settings
+from kvtier.replay import opt_in_capture as replay_opt_in, tier_args as replay_tier_args
 
 PROD = config["production"]
 PROD_SETUPS = PROD["setups"]
-PROD_FILES = ("metrics", "log", "host", "headroom", "coldreads", "capture_run", "capture_client")
-
-
-def prod_settings(setup):
-    """The common settings with the setup's overrides (everything but its files)."""
-    merged = {k: v for k, v in PROD.items() if k != "setups"}
-    merged.update({k: v for k, v in PROD_SETUPS[setup].items() if k not in PROD_FILES})
-    return merged
-
-
-def prod_file(kind):
-    """An input function: the setup's file of this kind, or nothing where it has none."""
-    return lambda wc: PROD_SETUPS[wc.setup].get(kind) or []
 
 
 wildcard_constraints:
@@ -37,13 +25,13 @@ rule production_numbers:
         "Production (setup {wildcards.setup}): check and parse /metrics and the server log -> numbers"
     input:
         code=PACKAGE_CODE,
-        metrics=prod_file("metrics"),
-        log=prod_file("log"),
-        host=prod_file("host"),
-        headroom=prod_file("headroom"),
-        coldreads=prod_file("coldreads"),
-        capture_run=prod_file("capture_run"),
-        capture_client=prod_file("capture_client"),
+        metrics=file_of(PROD, "metrics"),
+        log=file_of(PROD, "log"),
+        host=file_of(PROD, "host"),
+        headroom=file_of(PROD, "headroom"),
+        coldreads=file_of(PROD, "coldreads"),
+        capture_run=file_of(PROD, "capture_run"),
+        capture_client=file_of(PROD, "capture_client"),
         # the restore correction is measured by the eviction test on the same server: its pinned
         # records are read directly (not the eviction rule's tables), so both rules run in parallel
         evict_records=EVICT_RECORDS,
@@ -57,7 +45,7 @@ rule production_numbers:
         hours="results/tidy/production_{setup}_hours.csv",
         method="results/tidy/production_{setup}_method.csv",
     params:
-        settings=lambda wc: prod_settings(wc.setup),
+        settings=lambda wc: setup_settings(PROD, wc.setup),
     log:
         "logs/production_numbers_{setup}.log",
     benchmark:
@@ -94,15 +82,15 @@ rule production_fig1b:
     input:
         code=PACKAGE_CODE,
         restores="results/tidy/production_{setup}_restores.csv",
-        coldreads=prod_file("coldreads"),
+        coldreads=file_of(PROD, "coldreads"),
         numbers="results/numbers/production_{setup}.json",
         manifest=MANIFEST,
     output:
         svg=report("figures/fig1b_{setup}.svg", caption="../report/fig1b.rst", category="The note"),
         bins="results/tidy/production_{setup}_fig1b_bins.csv",
     params:
-        bins=lambda wc: prod_settings(wc.setup)["figure_bins"],
-        top_step=lambda wc: prod_settings(wc.setup)["figure_top_step"],
+        bins=lambda wc: setup_settings(PROD, wc.setup)["figure_bins"],
+        top_step=lambda wc: setup_settings(PROD, wc.setup)["figure_top_step"],
         prefix=lambda wc: PROD_SETUPS[wc.setup]["numbers_prefix"],
         figure_id=lambda wc: f"fig1b_{wc.setup}",
     log:
@@ -115,22 +103,53 @@ rule production_fig1b:
         "../scripts/production_fig1b.py"
 
 
+CAPTURE = config["experiments"]["capture"]
+
+
 rule production_capture_cpu:
     message:
         "Production-style capture: public agentic sessions replayed against vLLM's CPU build with its native tier -> {params.out}"
     input:
-        lambda wc: replay_opt_in(config["experiments"]["capture"]),
+        lambda wc: replay_opt_in(CAPTURE),
         model="data/tiny-model",
     output:
         done=touch("results/experiments/production_capture_cpu.done"),
     params:
-        out=config["experiments"]["capture"]["out"],
-        args=config["experiments"]["capture"]["args"],
+        out=CAPTURE["out"],
+        args=CAPTURE["args"],
+        tier=replay_tier_args(CAPTURE["pool_gib"]),
     log:
         "logs/production_capture_cpu.log",
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "PYTHONPATH=src python -m kvtier.replay.cli --out {params.out} --model {input.model} {params.args} --no-progress > {log} 2>&1 "
+        "PYTHONPATH=src python -m kvtier.replay.cli --out {params.out} --model {input.model} {params.args} {params.tier} --no-progress > {log} 2>&1 "
         "&& PYTHONPATH=src python -m kvtier.cli manifest add $(find {params.out} -type f | sort) --class measured "
         "--description 'production-style capture: public agentic sessions replayed by kvtier-replay on vLLM CPU build, native CPU tier' >> {log} 2>&1"
+
+
+rule production_sweep_cpu:
+    message:
+        "Pool-size sweep: the capture's request stream at another pool size ({wildcards.pool} GiB) -> {params.out}"
+    input:
+        lambda wc: replay_opt_in(CAPTURE),
+        model="data/tiny-model",
+    output:
+        done=touch("results/experiments/production_sweep_cpu_{pool}.done"),
+    params:
+        out=lambda wc: Path(CAPTURE["sweep_out"], f"pool-{wc.pool}").as_posix(),
+        args=CAPTURE["args"],
+        tier=lambda wc: replay_tier_args(wc.pool),
+    log:
+        "logs/production_sweep_cpu_{pool}.log",
+    conda:
+        "../../envs/vllm-cpu.yaml"
+    shell:
+        "PYTHONPATH=src python -m kvtier.replay.cli --out {params.out} --model {input.model} {params.args} {params.tier} --no-progress > {log} 2>&1 "
+        "&& PYTHONPATH=src python -m kvtier.cli manifest add $(find {params.out} -type f | sort) --class measured "
+        "--description 'pool-size sweep run ({wildcards.pool} GiB): the capture stream replayed by kvtier-replay on vLLM CPU build' >> {log} 2>&1"
+
+
+rule production_sweep_cpu_all:
+    input:
+        expand("results/experiments/production_sweep_cpu_{pool}.done", pool=CAPTURE["sweep_pools_gib"]),
