@@ -189,3 +189,28 @@ def test_without_config_info_or_the_worker_line_the_pool_geometry_is_refused(tmp
 
     with pytest.raises(RawRecordError, match=r"m.prom: no pool geometry: neither vllm:kv_offload_config_info"):
         A.pool_geometry(snap, NoFacts())
+
+
+def test_the_capture_keeps_what_it_sent_in_the_servers_blocks():
+    """sent_blocks.npz: one chain per answered request, a full block per 64 tokens, the client's counts."""
+    from kvtier.replay import sent
+
+    chains = sent.read(CAPTURE / "sent_blocks.npz", CAPTURE / "client.jsonl")
+    rows = [json.loads(l) for l in (CAPTURE / "client.jsonl").read_text().splitlines()]
+    assert len(chains) == len(rows)
+    for r in rows[:200]:
+        tokens, blocks = chains[(r["session"], r["index"])]
+        assert tokens == r["prompt_tokens_sent"] and len(blocks) == tokens // 64
+    # a session's next turn extends its previous prompt: their chains share a prefix
+    first, second = chains[(0, 0)][1], chains[(0, 1)][1]
+    assert (second[: len(first) - 1] == first[: len(first) - 1]).all()
+
+
+def test_a_sent_record_that_disagrees_with_the_client_log_is_refused(tmp_path):
+    from kvtier.replay import sent
+
+    rows = [json.loads(l) for l in (CAPTURE / "client.jsonl").read_text().splitlines()]
+    rows[3]["prompt_tokens_sent"] += 1
+    (tmp_path / "client.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(RawRecordError, match=r"client.jsonl:4: session \d+ turn \d+: sent_blocks.npz has \d+ tokens, the client sent"):
+        sent.read(CAPTURE / "sent_blocks.npz", tmp_path / "client.jsonl")

@@ -14,7 +14,9 @@ Examples
 Writes to --out: client.jsonl (one line per request: sent tokens, usage's cached tokens, time to
 first chunk), run.yaml (trace, scaling, server), host.yaml (the host, and for a launched server the
 observation period its counters cover, as the production pipeline reads it), metrics.prom (the
-/metrics snapshot at the end), metrics_start.prom, and server.log for a launched server. Rerun with the same --out to
+/metrics snapshot at the end), metrics_start.prom, sent_blocks.npz (every answered prompt as the
+server's prefix cache sees it: chained block ids at its block size, kvtier.replay.sent), and
+server.log for a launched server. Rerun with the same --out to
 resume after the last answered request of each session.
 """
 
@@ -35,6 +37,7 @@ from ..serving.client import RequestFailed, ServingClient
 from ..serving.redact import scrub_file, secret_values
 from ..serving.server import PreflightError, ServerDied, VllmServer, preflight
 from .client import replay
+from . import sent
 from .schedule import Scaling, kv_cache_tester, mooncake
 
 
@@ -67,6 +70,16 @@ def schedule(a: argparse.Namespace, s: Scaling):  # noqa: ANN201
     if kind == "mooncake":
         return mooncake(path, s, limit=a.limit)
     raise SystemExit(f"error: --trace must start with kv-cache-tester: or mooncake:, not {a.trace!r}")
+
+
+def server_block_tokens(metrics: Path) -> int:
+    """The server's block size, from its own /metrics (vllm:cache_config_info)."""
+    from ..production.promtext import read_prometheus
+
+    info = read_prometheus(metrics).select("vllm:cache_config_info")
+    if info.empty or "block_size" not in dict(info["labels"].iloc[0]):
+        raise SystemExit(f"error: {metrics} has no vllm:cache_config_info block_size")
+    return int(dict(info["labels"].iloc[0])["block_size"])
 
 
 def _now() -> dt.datetime:
@@ -123,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                         out / "client.jsonl", max_duration_s=a.max_duration, workers=a.workers, progress=not a.no_progress)
         with ServingClient(url, name, timeout_s=a.request_timeout, api_key=key) as probe:
             (out / "metrics.prom").write_text(probe.metrics_text(), encoding="utf-8")
+        sent.write(out, turns, server_block_tokens(out / "metrics.prom"))  # the stream, in the server's blocks
         done = True
     except (PreflightError, ServerDied, RequestFailed) as e:
         print(f"error: {e}", file=sys.stderr)

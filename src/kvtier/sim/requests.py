@@ -10,7 +10,7 @@ import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 from ..errors import RawRecordError
 
@@ -61,6 +61,18 @@ def prompt_request(chain: Iterable[int], tokens: int, block_tokens: int, *, gene
     full_kv = kv // block_tokens
     return Request(blocks, tokens, max_hit=min(full, (tokens - 1) // block_tokens),
                    scratch=1 if kv % block_tokens else 0, unique=full_kv - full, label=label)
+
+
+def token_chain(prompt: Sequence[int], block_tokens: int, ids: dict[tuple[int, tuple[int, ...]], int]) -> list[int]:
+    """Block ids of a prompt of token ids, chained as vLLM hashes its blocks: a full block's id
+    stands for its tokens and every token before it. `ids` numbers the distinct prefixes (1, 2, ...)
+    and is shared by every prompt of one stream, so equal prefixes get equal ids."""
+    out: list[int] = []
+    prev = 0
+    for start in range(0, len(prompt) - block_tokens + 1, block_tokens):
+        prev = ids.setdefault((prev, tuple(prompt[start:start + block_tokens])), len(ids) + 1)
+        out.append(prev)
+    return out
 
 
 def document_chain(doc: int, namespace: int = 0) -> Iterator[int]:
