@@ -19,7 +19,7 @@ def test_snakemake_report_builds(built_repo: Path) -> None:
     snakemake(built_repo, "--report", "results/report.zip")
     with zipfile.ZipFile(built_repo / "results/report.zip") as z:
         names = z.namelist()
-    for fig in ("fig1a.svg", "fig1b.svg", "fig2.svg"):
+    for fig in ("fig1a.svg", "fig1b_C.svg", "fig2.svg"):
         assert any(n.endswith(fig) for n in names), fig
     assert any(n.endswith("report.html") for n in names)
 

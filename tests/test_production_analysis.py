@@ -13,7 +13,7 @@ from kvtier.production.logreader import read_server_log
 from test_production_contract import snapshot_text
 
 NOTE_MODEL = ColdReadModel(np.array([200_000, 500_000, 889_000, 981_000]), np.array([11.8, 31.3, 58.9, 66.0]))
-GEO = A.PoolGeometry(block_tokens=1600, bytes_per_block=43_929_600, blocks=2688)
+GEO = A.PoolGeometry(block_tokens=1600, bytes_per_block=43_929_600, blocks=2688, server_block_tokens=16)
 
 
 @pytest.fixture()
@@ -40,7 +40,7 @@ def test_ttft_shares(snap):
 
 
 def test_store_stats_against_expected_bytes(snap):
-    geo = A.PoolGeometry(block_tokens=10, bytes_per_block=40, blocks=4)  # 4 B a token
+    geo = A.PoolGeometry(block_tokens=10, bytes_per_block=40, blocks=4, server_block_tokens=10)  # 4 B a token
     # stored 900 B; expected (200 computed + 40 generated) * 4 = 960 B -> 6.25 % short
     s = A.store_stats(snap, period_s=100.0, geometry=geo, computed=200, generated=40)
     assert s["expected_bytes"] == 960 and s["deviation_from_expected"] == pytest.approx(0.0625)

@@ -99,7 +99,7 @@ def replace_value(text: str, name: str, scale: float, whole: bool = False) -> st
 def test_load_bytes_in_whole_gb_and_load_time_in_ms_are_refused(copy: Path) -> None:
     """Before: 51 B/s and 50.9 MB/s, both printed."""
     text = (RAW / "metrics.prom").read_text()
-    geo = A.PoolGeometry(block_tokens=1600, bytes_per_block=43_939_737, blocks=2688)
+    geo = A.PoolGeometry(block_tokens=1600, bytes_per_block=43_939_737, blocks=2688, server_block_tokens=1600)
     gb = parse_prometheus(replace_value(text, "vllm:kv_offload_load_bytes_total", 1e-9, whole=True), "metrics.prom")
     with pytest.raises(RawRecordError, match=r"metrics.prom:\d+: loads ran at 5\d B/s .* outside \[1,000,000,000, 63,000,000,000\]"):
         check_plausible(gb, geo, 1e9, 63e9)
@@ -125,7 +125,7 @@ def test_the_deprecated_time_counter_must_agree_with_the_flat_one(copy: Path) ->
 
 def test_fewer_bytes_than_one_block_per_operation_is_refused() -> None:
     snap = parse_prometheus(snapshot_text(), "m.prom")  # 500 B over 1 load, 900 B over 3 stores
-    geo = A.PoolGeometry(block_tokens=10, bytes_per_block=400, blocks=4)
+    geo = A.PoolGeometry(block_tokens=10, bytes_per_block=400, blocks=4, server_block_tokens=10)
     with pytest.raises(RawRecordError, match=r"m.prom:\d+: vllm:kv_offload_store_bytes_total = 900 B over 3 stores is less than one"):
         check_plausible(snap, geo, 1.0, 1e12)
 

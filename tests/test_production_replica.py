@@ -30,7 +30,7 @@ def test_committed_files_are_pinned_as_replica():
 def numbers():
     settings = {"restore_extra_blocks": 4, "large_restore_tokens": 100_000, "huge_restore_tokens": 500_000,
                 "prompt_edges": [200_000, 500_000], "ttft_fast_s": 1.0, "ttft_slow_s": 20.0,
-                "deferred_threshold_s": 5.0, "top_hours": 2, "pcie_gen5_x16_bytes_per_s": 63.0e9,
+                "deferred_threshold_s": 5.0, "top_hours": 2, "link_max_bytes_per_s": 63.0e9,
                 "min_transfer_bytes_per_s": 1.0e9}
     rec = ingest(RAW / "metrics.prom", RAW / "server.log", RAW / "host.yaml", settings)
     w = NumbersWriter("prod", "test", [])

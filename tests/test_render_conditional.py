@@ -162,7 +162,7 @@ def _prod(override: int | None) -> dict:
     raw = Path("raw/production/C")
     settings = {"restore_extra_blocks": override, "large_restore_tokens": 100_000, "huge_restore_tokens": 500_000,
                 "prompt_edges": [200_000, 500_000], "ttft_fast_s": 1.0, "ttft_slow_s": 20.0,
-                "deferred_threshold_s": 5.0, "top_hours": 2, "pcie_gen5_x16_bytes_per_s": 63.0e9,
+                "deferred_threshold_s": 5.0, "top_hours": 2, "link_max_bytes_per_s": 63.0e9,
                 "min_transfer_bytes_per_s": 1.0e9}
     w = NumbersWriter("prod", "test", [])
     prod_analyse(ingest(raw / "metrics.prom", raw / "server.log", raw / "host.yaml", settings), raw / "coldreads.csv", settings,

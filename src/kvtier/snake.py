@@ -77,3 +77,10 @@ def numbers_writer(snakemake: Any, topic: str) -> NumbersWriter:
     """A writer stamped with the rule and its data inputs (the manifest and code excluded)."""
     inputs = [p for p in _paths(snakemake.input) if not p.endswith(("MANIFEST.tsv", ".py"))]
     return NumbersWriter(topic=topic, rule=snakemake.rule, inputs=inputs)
+
+
+def optional_input(value: Any) -> list[str]:
+    """A named input that may be absent: Snakemake gives one file as a str, none as an empty list."""
+    if isinstance(value, str):
+        return [value] if value else []
+    return [str(v) for v in value]

@@ -12,8 +12,8 @@ rule cf_workload:
         "Counterfactual: fit the synthetic agentic workload to the production numbers"
     input:
         code=PACKAGE_CODE,
-        production="results/numbers/production.json",
-        hours="results/tidy/production_hours.csv",
+        production="results/numbers/production_C.json",
+        hours="results/tidy/production_C_hours.csv",
         coldreads=config["coldread"]["table"],
         manifest=MANIFEST,
     output:

@@ -122,9 +122,9 @@ rule claim_eviction:
 
 rule claim_production:
     input:
-        table="results/tables/table2.csv",
-        figure="figures/fig1b.svg",
-        numbers="results/numbers/production.json",
+        table="results/tables/table2_C.csv",
+        figure="figures/fig1b_C.svg",
+        numbers="results/numbers/production_C.json",
         coldread="results/numbers/coldread.json",
 
 

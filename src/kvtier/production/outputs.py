@@ -11,32 +11,38 @@ from ..coldread import ColdReadModel
 from ..numbers import Number
 from ..render.svg import save_svg
 
-# Table 2: (section, row label, registry key). Values and units come from the registry.
+# Table 2: (section, row label, registry key under the setup's prefix). Values and units come
+# from the registry; OPTIONAL rows are left out for a server that exports no such counter.
 TABLE2_ROWS = [
-    ("Source of prompt tokens", "All prompt tokens", "prod.tokens.prompt"),
-    ("Source of prompt tokens", "From GPU memory (prefix cache)", "prod.tokens.gpu"),
-    ("Source of prompt tokens", "From the RAM pool", "prod.tokens.pool"),
-    ("Source of prompt tokens", "Computed", "prod.tokens.computed"),
-    ("Source of prompt tokens", "Missed the GPU cache (pool + computed)", "prod.tokens.missed"),
-    ("Source of prompt tokens", "Pool share of the misses", "prod.tokens.pool_share_of_misses"),
-    ("RAM pool to GPU (restores)", "Operations", "prod.restores.count"),
-    ("RAM pool to GPU (restores)", "Bytes", "prod.restores.bytes"),
-    ("RAM pool to GPU (restores)", "Transfer time", "prod.restores.transfer_time"),
-    ("GPU to RAM pool (stores)", "Operations", "prod.stores.count"),
-    ("GPU to RAM pool (stores)", "Bytes", "prod.stores.bytes"),
-    ("GPU to RAM pool (stores)", "Transfer time", "prod.stores.time"),
-    ("GPU to RAM pool (stores)", "Share of the period", "prod.stores.share_of_period"),
-    ("Pool lookups", "Lookups", "prod.lookups.count"),
-    ("Pool lookups", "Time in lookups", "prod.lookups.time"),
-    ("Pool lookups", "Deferred lookups", "prod.deferred.count"),
-    ("Pool lookups", "Time deferred", "prod.deferred.time"),
+    ("Source of prompt tokens", "All prompt tokens", "tokens.prompt"),
+    ("Source of prompt tokens", "From GPU memory (prefix cache)", "tokens.gpu"),
+    ("Source of prompt tokens", "From the RAM pool", "tokens.pool"),
+    ("Source of prompt tokens", "Computed", "tokens.computed"),
+    ("Source of prompt tokens", "Missed the GPU cache (pool + computed)", "tokens.missed"),
+    ("Source of prompt tokens", "Pool share of the misses", "tokens.pool_share_of_misses"),
+    ("RAM pool to GPU (restores)", "Operations", "restores.count"),
+    ("RAM pool to GPU (restores)", "Bytes", "restores.bytes"),
+    ("RAM pool to GPU (restores)", "Transfer time", "restores.transfer_time"),
+    ("GPU to RAM pool (stores)", "Operations", "stores.count"),
+    ("GPU to RAM pool (stores)", "Bytes", "stores.bytes"),
+    ("GPU to RAM pool (stores)", "Transfer time", "stores.time"),
+    ("GPU to RAM pool (stores)", "Share of the period", "stores.share_of_period"),
+    ("Pool lookups", "Lookups", "lookups.count"),
+    ("Pool lookups", "Time in lookups", "lookups.time"),
+    ("Pool lookups", "Deferred lookups", "deferred.count"),
+    ("Pool lookups", "Time deferred", "deferred.time"),
 ]
+OPTIONAL = {"deferred.count", "deferred.time"}  # deferred lookups: vLLM 0.33+
 
 
-def table2(registry: dict[str, Number]) -> pd.DataFrame:
-    """Table 2 as a tidy frame: section, row, key, value, unit (a missing key is an error)."""
+def table2(registry: dict[str, Number], prefix: str = "prod") -> pd.DataFrame:
+    """Table 2 as a tidy frame: section, row, key, value, unit (a missing key is an error,
+    unless the row is OPTIONAL)."""
     rows = []
-    for section, label, key in TABLE2_ROWS:
+    for section, label, short in TABLE2_ROWS:
+        key = f"{prefix}.{short}"
+        if key not in registry and short in OPTIONAL:
+            continue
         n = registry[key]
         rows.append({"section": section, "row": label, "key": key, "value": n.value, "unit": n.unit})
     return pd.DataFrame(rows)
@@ -55,9 +61,10 @@ def figure_edges(edges: list[float], largest: float, max_model_len: float, step:
     return [*low, top]
 
 
-def restore_histogram(restores: pd.DataFrame, edges: list[float], model: ColdReadModel) -> pd.DataFrame:
+def restore_histogram(restores: pd.DataFrame, edges: list[float], model: ColdReadModel | None) -> pd.DataFrame:
     """Restores per size bin (tokens served), the modelled cold read at each bin's upper edge,
-    and whether that bin lies below the first timed cold read (extrapolated)."""
+    and whether that bin lies below the first timed cold read (extrapolated); without a
+    cold-read model (a setup with no timed cold reads) those two columns are empty."""
     tok = restores["tokens"].to_numpy(float)
     e = np.asarray(edges, float)
     if tok.max() > e[-1]:
@@ -65,9 +72,10 @@ def restore_histogram(restores: pd.DataFrame, edges: list[float], model: ColdRea
     counts, _ = np.histogram(tok, bins=e)
     tokens, _ = np.histogram(tok, bins=e, weights=tok)
     upper = e[1:]
+    cold = np.asarray(model.predict(upper), float) if model is not None else np.full(len(upper), np.nan)
+    extrapolated = np.asarray(model.extrapolated(upper - 1), bool) if model is not None else np.zeros(len(upper), bool)
     return pd.DataFrame({"lower": e[:-1], "upper": upper, "restores": counts, "tokens": tokens,
-                         "cold_read_at_upper_s": np.asarray(model.predict(upper), float),
-                         "extrapolated": np.asarray(model.extrapolated(upper - 1), bool)})
+                         "cold_read_at_upper_s": cold, "extrapolated": extrapolated})
 
 
 def _k(x: float) -> str:
@@ -76,9 +84,10 @@ def _k(x: float) -> str:
     return f"{x / 1e6:g}M" if x >= 1e6 else f"{x / 1e3:g}K"
 
 
-def figure_1b(bins: pd.DataFrame, out: str | Path) -> None:
+def figure_1b(bins: pd.DataFrame, out: str | Path, figure_id: str = "fig1b") -> None:
     """Bars of restores per size bin; under each bin its token range and, on a second row, the
-    modelled cold read at its upper edge; extrapolated bins hatched and their labels marked."""
+    modelled cold read at its upper edge (where there is a model); extrapolated bins hatched
+    and their labels marked."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -94,14 +103,15 @@ def figure_1b(bins: pd.DataFrame, out: str | Path) -> None:
             b.set_hatch("///")
     for xi, c in zip(x, bins["restores"]):
         ax.annotate(f"{int(c)}", (xi, c), ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
-    labels = [f"{_k(lo)}–{_k(hi)}\n{'~' if ex else ''}{s:.1f} s{'*' if ex else ''}"
+    modelled = bool(np.isfinite(bins["cold_read_at_upper_s"].to_numpy(float)).all())
+    labels = [f"{_k(lo)}–{_k(hi)}" + (f"\n{'~' if ex else ''}{s:.1f} s{'*' if ex else ''}" if modelled else "")
               for lo, hi, s, ex in zip(bins["lower"], bins["upper"], bins["cold_read_at_upper_s"], bins["extrapolated"])]
     ax.set_xticks(x, labels, fontsize=7.5)
     ax.set_ylabel("restores")
-    ax.set_xlabel("tokens served by the restore\nmodelled cold read at the bin's upper edge (* extrapolated below the first timed read)",
-                  fontsize=8)
+    ax.set_xlabel("tokens served by the restore\nmodelled cold read at the bin's upper edge (* extrapolated below the first timed read)"
+                  if modelled else "tokens served by the restore", fontsize=8)
     ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    save_svg(fig, out, "fig1b")
+    save_svg(fig, out, figure_id)
     plt.close(fig)

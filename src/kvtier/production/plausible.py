@@ -4,12 +4,15 @@ Each counter can be well formed and still be in the wrong unit: load bytes in wh
 51 B/s, a load time in ms gives 51 MB/s, and nothing else notices. Three kinds of bound, each
 from a physical limit rather than from the values expected:
 - bandwidth (bytes / time) of loads and stores between a floor and the host link's ceiling
-  (config: production.min_transfer_bytes_per_s, production.pcie_gen5_x16_bytes_per_s);
-- bytes per operation at least one pool block (an offload moves whole blocks), and bytes per
+  (config: production.min_transfer_bytes_per_s, production.link_max_bytes_per_s);
+- bytes per operation at least one server block (a transfer copies whole server blocks; a
+  restore that begins inside a pool block copies only the part the GPU lacks), and bytes per
   token within a factor of two of the pool geometry's: every token the pool served was loaded
-  (in whole blocks, plus a few), and no more can be stored than was computed or generated;
+  (plus a few blocks), and no more can be stored than was computed or generated;
 - counters that measure the same thing agree: the flat 0.25+ names against the deprecated
-  `vllm:kv_offload_total_{bytes,time}_total{transfer_type=...}` that 0.25-0.33 still export.
+  `vllm:kv_offload_total_{bytes,time}_total{transfer_type=...}` and `vllm:kv_offload_size`
+  histogram that 0.25-0.33 still export, and (0.32) `vllm:prompt_tokens_cached_by_source_total`
+  against the by-source counter.
 """
 
 from __future__ import annotations
@@ -23,8 +26,12 @@ from .promtext import Snapshot
 PER_TOKEN_SLACK = 2.0  # block rounding and the blocks a restore moves on top; a unit slip is >= 1000x
 SAME = {("load", "bytes"): ("vllm:kv_offload_load_bytes_total", "CPU_to_GPU", "vllm:kv_offload_total_bytes_total"),
         ("load", "time"): ("vllm:kv_offload_load_time_total", "CPU_to_GPU", "vllm:kv_offload_total_time_total"),
+        ("load", "count"): ("vllm:kv_offload_load_size_count", "CPU_to_GPU", "vllm:kv_offload_size_count"),
         ("store", "bytes"): ("vllm:kv_offload_store_bytes_total", "GPU_to_CPU", "vllm:kv_offload_total_bytes_total"),
-        ("store", "time"): ("vllm:kv_offload_store_time_total", "GPU_to_CPU", "vllm:kv_offload_total_time_total")}
+        ("store", "time"): ("vllm:kv_offload_store_time_total", "GPU_to_CPU", "vllm:kv_offload_total_time_total"),
+        ("store", "count"): ("vllm:kv_offload_store_size_count", "GPU_to_CPU", "vllm:kv_offload_size_count")}
+# vLLM 0.32 counts cached prompt tokens twice: by source (where they came from) and cached by source
+CACHED_AS = {"local_cache_hit": "device", "external_kv_transfer": "host"}
 
 
 def check_plausible(snap: Snapshot, geo: PoolGeometry, floor_bytes_per_s: float, ceiling_bytes_per_s: float) -> None:
@@ -40,11 +47,12 @@ def check_plausible(snap: Snapshot, geo: PoolGeometry, floor_bytes_per_s: float,
                                             f"[{floor_bytes_per_s:,.0f}, {ceiling_bytes_per_s:,.0f}] B/s, what a host link "
                                             "can carry: a counter in another unit (GB for bytes, ms for seconds)?",
                                  line=snap.first_line(t_name))
-        if b < c * geo.bytes_per_block * (1 - 1e-9):
+        if b < c * geo.bytes_per_server_block * (1 - 1e-9):
             raise RawRecordError(snap.path, f"{b_name} = {b:,.0f} B over {c:,.0f} {kind}s is less than one "
-                                            f"{geo.bytes_per_block:,}-byte pool block each: bytes in another unit?",
+                                            f"{geo.bytes_per_server_block:,.0f}-byte server block each: bytes in another unit?",
                                  line=snap.first_line(b_name))
         _same(snap, kind)
+    _same_cached(snap, by)
     served = float(by["external_kv_transfer"])
     loaded = snap.value("vllm:kv_offload_load_bytes_total")
     if served > 0 and not 1 / PER_TOKEN_SLACK <= loaded / served / geo.bytes_per_token <= PER_TOKEN_SLACK:
@@ -60,7 +68,7 @@ def check_plausible(snap: Snapshot, geo: PoolGeometry, floor_bytes_per_s: float,
 
 
 def _same(snap: Snapshot, kind: str) -> None:
-    for what in ("bytes", "time"):
+    for what in ("bytes", "time", "count"):
         flat, transfer_type, legacy = SAME[(kind, what)]
         rows = snap.select(legacy, transfer_type=transfer_type)
         if rows.empty:
@@ -70,3 +78,15 @@ def _same(snap: Snapshot, kind: str) -> None:
             raise RawRecordError(snap.path, f"{flat} = {a:g} but the deprecated {legacy}{{transfer_type=\"{transfer_type}\"}} "
                                             f"= {b:g} (line {int(rows['line'].min())}); both count the same {kind}s",
                                  line=snap.first_line(flat))
+
+
+def _same_cached(snap: Snapshot, by) -> None:  # noqa: ANN001 (a pandas Series by source)
+    name = "vllm:prompt_tokens_cached_by_source_total"
+    if not snap.has(name):
+        return  # exported by 0.32 only
+    cached = snap.by_label(name, "source")
+    for source, as_cached in CACHED_AS.items():
+        if as_cached in cached.index and not math.isclose(float(by[source]), float(cached[as_cached]), abs_tol=0.5):
+            raise RawRecordError(snap.path, f'{name}{{source="{as_cached}"}} = {float(cached[as_cached]):,.0f} but '
+                                            f'vllm:prompt_tokens_by_source_total{{source="{source}"}} = {float(by[source]):,.0f}; '
+                                            "both count the same prompt tokens", line=snap.first_line(name))

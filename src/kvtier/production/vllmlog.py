@@ -33,6 +33,9 @@ import pandas as pd
 
 from ..errors import RawRecordError
 
+WORKER_MARKER = b"kvtier_cpu_offload: bytes_per_offloaded_block="  # kvtier's CPU offload worker, at startup
+WORKER_LINE = re.compile(r"kvtier_cpu_offload: bytes_per_offloaded_block=(\d+) bytes_per_device_block=(\d+) "
+                         r"blocks_per_chunk=(\d+) host_chunks=(\d+)")
 ANSI = re.compile(rb"\x1b\[[0-9;]*[A-Za-z]")
 NUM = r"-?\d+(?:\.\d+)?|nan|inf"  # %.1f of a float; nan/inf are parsed, then refused with their line
 STATS = re.compile(
@@ -57,7 +60,7 @@ XFER_PREFIX = re.compile(rb"(?:\([^)\n]*? pid=\d+\) )?[A-Z]+ (\d\d-\d\d \d\d:\d\
 XFER_MARKER = b"] KV Transfer metrics: "
 XFER_LINE = re.compile(b"^" + XFER_PREFIX.pattern + re.escape(XFER_MARKER) + rb"([^\n]*)$", re.M)
 FACT_MARKERS = (b"non-default args: ", b" KV cache size: ", b"Available KV cache memory: ", b"Model loading took ",
-                b"Created mmap file ", b"Using max model len ", b"vLLM API server version ")
+                b"Created mmap file ", b"Using max model len ", b"vLLM API server version ", WORKER_MARKER)
 STATS_COLUMNS = ["prompt_tps", "gen_tps", "running", "waiting", "deferred", "preemptions", "kv_usage_pct",
                  "prefix_hit_pct", "external_hit_pct"]
 
@@ -139,14 +142,41 @@ def parse_transfer(message: str, path: str, line: int) -> tuple[str, dict[str, f
     return (gens.pop() if gens else "flat"), values
 
 
+def python_repr(text: str) -> Any:
+    """A value printed by Python's repr: literals, and dataclass reprs such as vLLM 0.32's
+    `KVTransferConfig(kv_connector='OffloadingConnector', ...)`, read as dicts of their fields
+    (with the class under "__class__"). Nothing is evaluated: anything else is refused."""
+    def value(node: ast.expr) -> Any:
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and not node.args \
+                and all(k.arg for k in node.keywords):
+            return {"__class__": node.func.id, **{str(k.arg): value(k.value) for k in node.keywords}}
+        if isinstance(node, ast.Dict):
+            if any(k is None for k in node.keys):
+                raise ValueError("** in a dict")
+            return {value(k): value(v) for k, v in zip(node.keys, node.values)}  # type: ignore[arg-type]
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            items = [value(e) for e in node.elts]
+            return tuple(items) if isinstance(node, ast.Tuple) else items
+        return ast.literal_eval(node)  # constants, -1, 1e9; raises ValueError on anything else
+
+    return value(ast.parse(text.strip(), mode="eval").body)
+
+
 def _facts(message: str, path: str, line: int) -> dict[str, Any]:
     if message.startswith("non-default args: "):
         try:
-            args = ast.literal_eval(message[len("non-default args: "):])
-        except (ValueError, SyntaxError):
-            raise RawRecordError(path, "non-default args is not a Python dict literal (truncated line?)", line=line,
-                                 record=message) from None
+            args = python_repr(message[len("non-default args: "):])
+        except (ValueError, SyntaxError, TypeError) as e:
+            raise RawRecordError(path, f"non-default args is not a Python dict of literals and dataclass reprs ({e}; "
+                                       "truncated line?)", line=line, record=message) from None
+        if not isinstance(args, dict):
+            raise RawRecordError(path, "non-default args is not a dict", line=line, record=message)
         return {"args": args}
+    m = WORKER_LINE.match(message)
+    if m:
+        per_block, per_device, per_chunk, chunks = (int(g) for g in m.groups())
+        return {"offload_worker": {"bytes_per_offloaded_block": per_block, "bytes_per_device_block": per_device,
+                                   "blocks_per_chunk": per_chunk, "host_chunks": chunks, "line": line}}
     m = re.match(r"([A-Z]+) KV cache size: ([\d,]+) tokens", message)
     if m:
         return {"kv_device": m.group(1), "kv_cache_tokens": int(m.group(2).replace(",", ""))}

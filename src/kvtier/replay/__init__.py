@@ -14,3 +14,8 @@ def opt_in_capture(capture: dict) -> list[str]:
         raise ValueError("production_capture_cpu launches vLLM and writes raw/; enable it with "
                          "--config 'experiments={\"capture\": {\"activate\": true}}' (see config/config.yaml, experiments.capture)")
     return []
+
+
+def tier_args(pool_gib: float | str) -> str:
+    """kvtier-replay's tier options for a pool size: 0 is no second tier."""
+    return "--tier none" if float(pool_gib) == 0 else f"--tier native --offload-gib {pool_gib}"

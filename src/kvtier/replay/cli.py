@@ -14,7 +14,9 @@ Examples
 Writes to --out: client.jsonl (one line per request: sent tokens, usage's cached tokens, time to
 first chunk), run.yaml (trace, scaling, server), host.yaml (the host, and for a launched server the
 observation period its counters cover, as the production pipeline reads it), metrics.prom (the
-/metrics snapshot at the end), metrics_start.prom, and server.log for a launched server. Rerun with the same --out to
+/metrics snapshot at the end), metrics_start.prom, sent_blocks.npz (every answered prompt as the
+server's prefix cache sees it: chained block ids at its block size, kvtier.replay.sent), and
+server.log for a launched server. Rerun with the same --out to
 resume after the last answered request of each session.
 """
 
@@ -35,6 +37,7 @@ from ..serving.client import RequestFailed, ServingClient
 from ..serving.redact import scrub_file, secret_values
 from ..serving.server import PreflightError, ServerDied, VllmServer, preflight
 from .client import replay
+from . import sent
 from .schedule import Scaling, kv_cache_tester, mooncake
 
 
@@ -69,14 +72,24 @@ def schedule(a: argparse.Namespace, s: Scaling):  # noqa: ANN201
     raise SystemExit(f"error: --trace must start with kv-cache-tester: or mooncake:, not {a.trace!r}")
 
 
+def server_block_tokens(metrics: Path) -> int:
+    """The server's block size, from its own /metrics (vllm:cache_config_info)."""
+    from ..production.promtext import read_prometheus
+
+    info = read_prometheus(metrics).select("vllm:cache_config_info")
+    if info.empty or "block_size" not in dict(info["labels"].iloc[0]):
+        raise SystemExit(f"error: {metrics} has no vllm:cache_config_info block_size")
+    return int(dict(info["labels"].iloc[0])["block_size"])
+
+
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
 
 
 def host_record(facts: dict, software: dict, started: dt.datetime | None, ended: dt.datetime) -> dict:
     """host.yaml: the host facts, and (launched server) the observation period in the production
-    pipeline's terms — from the launch (its counters start then) to the final /metrics snapshot,
-    the year its log lines omit, and vLLM's report interval (its default: ten seconds)."""
+    pipeline's terms — from the launch (its counters start then) to the server's stop, after the
+    final /metrics snapshot (no request was sent in between), the year its log lines omit, and vLLM's report interval (its default: ten seconds)."""
     rec: dict = {"host": {**facts, "load_average_end": load_average()},
                  "server": {"vllm_version": software.get("vllm"), "stats_interval_s": 10}}
     if started is not None:  # attached: the counters' start is not ours to know
@@ -102,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
             "turns": len(turns), "max_duration_s": a.max_duration, "versions": software,
             "server": {"mode": "attached", "url": a.url} if a.url else launched_server_meta(spec)}
     facts = host_info()
-    started = None
+    started, done = None, False
     try:
         if not a.url:
             for line in preflight(spec):
@@ -123,9 +136,8 @@ def main(argv: list[str] | None = None) -> int:
                         out / "client.jsonl", max_duration_s=a.max_duration, workers=a.workers, progress=not a.no_progress)
         with ServingClient(url, name, timeout_s=a.request_timeout, api_key=key) as probe:
             (out / "metrics.prom").write_text(probe.metrics_text(), encoding="utf-8")
-        ended = _now()
-        (out / "host.yaml").write_text(yaml.safe_dump(host_record(facts, software, started, ended), sort_keys=False),
-                                       encoding="utf-8")
+        sent.write(out, turns, server_block_tokens(out / "metrics.prom"))  # the stream, in the server's blocks
+        done = True
     except (PreflightError, ServerDied, RequestFailed) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
@@ -135,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if server is not None:
             server.stop()
+        if done:  # the observation ends when the server stops (its log ends there), after the final snapshot
+            (out / "host.yaml").write_text(yaml.safe_dump(host_record(facts, software, started, _now()), sort_keys=False),
+                                           encoding="utf-8")
         scrub_file(out / "server.log", secret_values(spec.command(), {**os.environ, **spec.env, "API_KEY": key or ""}))
     print(f"{out}: {counts}")
     return 0

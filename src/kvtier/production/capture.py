@@ -1,0 +1,81 @@
+"""A production-style capture's own records (kvtier-replay): what was replayed, and the client's
+count of every request checked against the server's counters.
+
+The client log has one line per answered request: prompt tokens sent, the server's usage
+(prompt and cached tokens), tokens generated. Summed, they must equal what /metrics counts for
+the same server run — prompt tokens, GPU + pool tokens, generated tokens, finished requests —
+exactly, since every request of the run went through the client. A difference means a record
+from another run, a lost line, or a request the server counted twice.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import RawRecordError
+from .promtext import Snapshot
+
+FIELDS = ("status", "prompt_tokens_sent", "usage_prompt_tokens", "cached_tokens", "completion_tokens")
+
+
+def read_client(path: str | Path) -> list[dict[str, Any]]:
+    """The client log's lines, each checked for the fields the sums need."""
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for i, text in enumerate(f, 1):
+            if not text.strip():
+                continue
+            try:
+                r = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise RawRecordError(path, f"not a JSON object ({e.msg})", line=i) from None
+            missing = [k for k in FIELDS if k not in r]
+            if missing:
+                raise RawRecordError(path, f"client record lacks {', '.join(missing)}", line=i)
+            r["_line"] = i
+            rows.append(r)
+    return rows
+
+
+def capture_facts(run_yaml: str | Path, client: str | Path, snap: Snapshot) -> dict[str, float]:
+    """The replay's settings (run.yaml) and the client's sums, after checking them against the counters."""
+    meta = yaml.safe_load(Path(run_yaml).read_text(encoding="utf-8"))
+    rows = read_client(client)
+    ok = [r for r in rows if r["status"] == "ok"]
+    sums = {
+        "requests": float(len(ok)),
+        "prompt": float(sum(r["usage_prompt_tokens"] for r in ok)),
+        "cached": float(sum(r["cached_tokens"] for r in ok)),
+        "generated": float(sum(r["completion_tokens"] for r in ok)),
+    }
+    sent = [r for r in ok if r["prompt_tokens_sent"] != r["usage_prompt_tokens"]]
+    if sent:
+        r = sent[0]
+        raise RawRecordError(client, f"sent {r['prompt_tokens_sent']} prompt tokens but the server counted "
+                                     f"{r['usage_prompt_tokens']}", line=r["_line"])
+    by = snap.by_label("vllm:prompt_tokens_by_source_total", "source")
+    server = {
+        "requests": float(snap.select("vllm:request_success_total")["value"].sum()),
+        "prompt": float(snap.value("vllm:prompt_tokens_total")),
+        "cached": float(by["local_cache_hit"] + by["external_kv_transfer"]),
+        "generated": float(snap.value("vllm:generation_tokens_total")),
+    }
+    what = {"requests": "finished requests (vllm:request_success_total)", "prompt": "prompt tokens (vllm:prompt_tokens_total)",
+            "cached": "GPU + pool tokens (vllm:prompt_tokens_by_source_total)",
+            "generated": "generated tokens (vllm:generation_tokens_total)"}
+    for k, v in sums.items():
+        if v != server[k]:
+            raise RawRecordError(client, f"the client log sums to {v:,.0f} {what[k]}, the server's counters in "
+                                         f"{snap.path} to {server[k]:,.0f}: records of different runs?")
+    scaling = meta.get("scaling") or {}
+    try:
+        return {"sessions": float(meta["sessions"]), "scale": float(scaling["scale"]),
+                "compress": float(scaling["compress"]), "turns": float(meta["turns"]),
+                "max_duration": float(meta["max_duration_s"]), "answered": sums["requests"],
+                "failed": float(len(rows) - len(ok)), "cached_tokens": sums["cached"]}
+    except (KeyError, TypeError, ValueError) as e:
+        raise RawRecordError(run_yaml, f"run.yaml lacks the replay's settings ({e})") from None
