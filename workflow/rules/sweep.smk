@@ -1,16 +1,12 @@
 # The measured pool-size sweep on vLLM's CPU build (note appendix): the same public sessions
-# replayed by kvtier-replay at several pool sizes, none included (one pinned folder per run), and
-# the same request stream through kvtier.sim at each run's own sizes -> sweepcpu.* numbers, a tidy
-# table of shares, the per-request comparison and the figure. The stream is rebuilt from the public
-# trace the runs replayed, which is never committed: opt-in (config sweep.activate), like the
-# counterfactual's public traces.
+# replayed by kvtier-replay at several pool sizes, none included (one pinned folder per run, with
+# the stream it sent in the server's blocks), and the same request stream through kvtier.sim at each
+# run's own sizes -> sweepcpu.* numbers, a tidy table of shares, the per-request comparison and the
+# figure. Reads the pinned runs only; an empty `sweep.runs` leaves the appendix out.
 from kvtier.lab import workflow as lab_wf
 
 SWEEP = config["sweep"]
-SWEEP_ON = activated(SWEEP["activate"])
-SWEEP_PUBLIC = config["counterfactual"]["public_traces"]
-SWEEP_TRACE = SWEEP_PUBLIC["traces"][SWEEP["trace"]]
-if SWEEP_ON:
+if SWEEP["runs"]:
     NUMBERS.append("results/numbers/sweepcpu.json")
     FIGURES["sweep_cpu"] = "figures/sweep_cpu.svg"
     EXTRA_TARGETS.extend(["results/tidy/sweep_cpu.csv", "results/tables/sweep_cpu_requests.csv"])
@@ -22,7 +18,6 @@ rule sweep_cpu:
     input:
         code=PACKAGE_CODE,
         records=lambda wc: [f for run in SWEEP["runs"] for f in lab_wf.pinned_under(MANIFEST, run)],
-        trace=f"{SWEEP['traces_dir'] or SWEEP_PUBLIC['dir']}/{SWEEP_TRACE['file']}",
         manifest=MANIFEST,
     output:
         numbers="results/numbers/sweepcpu.json",
@@ -31,7 +26,6 @@ rule sweep_cpu:
         svg=report("figures/sweep_cpu.svg", caption="../report/sweep_cpu.rst", category="Beyond the note"),
     params:
         runs=SWEEP["runs"],
-        sha256=SWEEP_TRACE["sha256"],
     log:
         "logs/sweep_cpu.log",
     benchmark:

@@ -5,9 +5,8 @@ from kvtier.snake import begin, numbers_writer
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 log = begin(smk)
-sweep.check_trace(smk.input.trace, smk.params.sha256)
-results = sweep.analyse(smk.params.runs, smk.input.trace)
-raw = [p for p in map(str, smk.input.records)]
+results = sweep.analyse(smk.params.runs)
+raw = [str(p) for p in smk.input.records]
 tidy = sweep.tidy(results)
 tidy.to_csv(smk.output.tidy, index=False)
 write_sidecar(smk.output.tidy, smk.rule, raw)

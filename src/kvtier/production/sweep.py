@@ -5,9 +5,10 @@ server.log) of the same public sessions at one pool size. Per run:
 
 - measured: prompt tokens by source from the server's counters (final snapshot less the first),
   the production pipeline's parser and `token_sources`;
-- predicted: the same request stream rebuilt from run.yaml's trace and scaling
-  (kvtier.replay.schedule), only the requests the run answered, in the order the server received
-  them (client.jsonl `sent_s`), replayed through kvtier.sim at the GPU cache and pool read from the
+- predicted: the same request stream, as the run's own record keeps it (sent_blocks.npz: every
+  answered prompt as chained block ids at the server's block size, kvtier.replay.sent; the public
+  trace it came from is not committed), in the order the server received the requests
+  (client.jsonl `sent_s`), replayed through kvtier.sim at the GPU cache and pool read from the
   run's own records (cache_config_info, the offload worker's startup line; kvtier.lab.live);
 - per request: the usage field `cached_tokens` (GPU + pool) against the prediction.
 
@@ -21,7 +22,6 @@ holds only a few prompts, so most requests wait, and while they run nothing else
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,9 +32,9 @@ import yaml
 
 from ..errors import RawRecordError, jsonl_records
 from ..lab.live import shape_of
-from ..replay.schedule import Scaling, Turn, kv_cache_tester, mooncake
+from ..replay import sent
 from ..sim import TieredCache
-from ..sim.requests import Request, prompt_request, token_chain
+from ..sim.requests import Request, prompt_request
 from ..sim.resident import Admission, ResidentCache, replay_admitted
 from .analysis import token_sources
 from .promtext import Snapshot, read_prometheus
@@ -48,7 +48,7 @@ CLIENT_FIELDS: dict[str, tuple[type, ...]] = {
     "prompt_tokens_sent": (int,), "max_tokens": (int,)}
 ANSWERED_FIELDS: dict[str, tuple[type, ...]] = {"cached_tokens": (int,), "usage_prompt_tokens": (int,)}
 NEAR_BLOCKS = 2  # a prediction off by at most this many blocks counts as near (the table's second count)
-RUN_FILES = ("run.yaml", "client.jsonl", "metrics_start.prom", "metrics.prom", "server.log")
+RUN_FILES = ("run.yaml", "client.jsonl", "metrics_start.prom", "metrics.prom", "server.log", sent.NAME)
 
 
 def read_client_log(path: str | Path) -> pd.DataFrame:
@@ -144,10 +144,10 @@ def read_run(run_dir: str | Path) -> SweepRun:
                                                      f"{'present' if shape['cpu_chunks'] is not None else 'missing'}")
     end, start = read_prometheus(run_dir / "metrics.prom"), read_prometheus(run_dir / "metrics_start.prom")
     measured = _delta(end, start)
-    sent = int(reqs.prompt_tokens_sent.sum())
-    if measured["prompt"] != sent:
+    sent_tokens = int(reqs.prompt_tokens_sent.sum())
+    if measured["prompt"] != sent_tokens:
         raise RawRecordError(run_dir / "metrics.prom", f"the counters grew by {measured['prompt']:.0f} prompt tokens, "
-                                                      f"the answered requests of client.jsonl sent {sent}")
+                                                      f"the answered requests of client.jsonl sent {sent_tokens}")
     if abs(measured["gpu"] + measured["pool"] - float(reqs.cached_tokens.sum())) > 0:
         raise RawRecordError(run_dir / "metrics.prom", f"the counters credit {measured['gpu'] + measured['pool']:.0f} tokens to "
                                                       f"the KV cache and the pool, usage in client.jsonl {int(reqs.cached_tokens.sum())}")
@@ -155,45 +155,17 @@ def read_run(run_dir: str | Path) -> SweepRun:
     return SweepRun(run_dir, meta, reqs, shape, measured, pre)
 
 
-def scaling_of(meta: dict[str, Any]) -> tuple[Scaling, float]:
-    sc = meta["scaling"]
-    return (Scaling(scale=float(sc["scale"]), compress=float(sc["compress"]), vocab_size=int(sc["vocab_size"]),
-                    max_tokens_cap=int(sc["max_tokens_cap"]), seed=int(sc["seed"])), float(sc.get("session_gap_s") or 0.0))
-
-
-def rebuild_turns(meta: dict[str, Any], trace: str | Path, where: str | Path = "run.yaml") -> list[Turn]:
-    """The run's schedule, as kvtier-replay built it, from `trace` (the file run.yaml names)."""
-    kind, _, recorded = str(meta["trace"]).partition(":")
-    if Path(recorded).name != Path(trace).name:
-        raise RawRecordError(where, f"the run replayed {recorded!r}, the trace given is {str(trace)!r}")
-    s, gap = scaling_of(meta)
-    if kind == "kv-cache-tester":
-        return kv_cache_tester(trace, s, sessions=int(meta["sessions"]), session_gap_s=gap)
-    if kind == "mooncake":
-        return mooncake(trace, s, limit=meta.get("limit"))
-    raise RawRecordError(where, f"trace {meta['trace']!r}: not kv-cache-tester: or mooncake:")
-
-
-def stream(run: SweepRun, turns: Iterable[Turn]) -> list[Request]:
+def stream(run: SweepRun) -> list[Request]:
     """The simulator's view of the requests the run answered, in the order the server received
-    them: each prompt's token ids as block ids (kvtier.sim.requests.token_chain), the answer's KV
-    (max_tokens - 1 tokens: the last one sampled is never fed back)."""
-    by = {(t.session, t.index): t for t in turns}
+    them: each prompt's block ids from sent_blocks.npz (checked against the client log, line by
+    line), the answer's KV (max_tokens - 1 tokens: the last one sampled is never fed back)."""
+    path = run.path / sent.NAME
     B = int(run.shape["block_tokens"])  # type: ignore[arg-type]
-    ids: dict[tuple[int, tuple[int, ...]], int] = {}
-    out = []
-    path = run.path / "client.jsonl"
-    for r in run.requests.itertuples():
-        t = by.get((r.session, r.index))
-        if t is None:
-            raise RawRecordError(path, f"session {r.session} turn {r.index} is not in the rebuilt schedule", line=r.line)
-        if len(t.prompt) != r.prompt_tokens_sent or t.max_tokens != r.max_tokens:
-            raise RawRecordError(path, f"session {r.session} turn {r.index}: the rebuilt schedule has {len(t.prompt)} prompt tokens "
-                                       f"and max_tokens {t.max_tokens}, the client sent {r.prompt_tokens_sent} and {r.max_tokens}",
-                                 line=r.line)
-        out.append(prompt_request(iter(token_chain(t.prompt, B, ids)), len(t.prompt), B, generated=r.max_tokens - 1,
-                                  label=f"{r.session}:{r.index}"))
-    return out
+    if sent.block_tokens_of(path) != B:
+        raise RawRecordError(path, f"blocks of {sent.block_tokens_of(path)} tokens, the server's are {B} (cache_config_info)")
+    chains = sent.read(path, run.path / "client.jsonl")
+    return [prompt_request(iter(chains[(r.session, r.index)][1].tolist()), r.prompt_tokens_sent, B,
+                           generated=r.max_tokens - 1, label=f"{r.session}:{r.index}") for r in run.requests.itertuples()]
 
 
 def _cache(run: SweepRun, kind: type[TieredCache], null_blocks: int) -> TieredCache:
@@ -240,23 +212,19 @@ class RunResult:
         return {s: float(self.table[f"{p}_{s}_tokens"].sum()) for s in SOURCES}
 
 
-def analyse(run_dirs: Iterable[str | Path], trace: str | Path) -> list[RunResult]:
-    """Every run, ordered by pool size; the schedule is rebuilt once per distinct trace and scaling."""
-    schedules: dict[str, list[Turn]] = {}
+def analyse(run_dirs: Iterable[str | Path]) -> list[RunResult]:
+    """Every run, ordered by pool size; all must share the KV cache and the stream's scaling."""
     results = []
     for d in run_dirs:
         run = read_run(d)
-        key = json.dumps([run.meta["trace"], run.meta["scaling"], run.meta.get("sessions"), run.meta.get("limit")], sort_keys=True)
-        if key not in schedules:
-            schedules[key] = rebuild_turns(run.meta, trace, run.path / "run.yaml")
-        turns = schedules[key]
-        table, admission = predict(run, stream(run, turns))
+        table, admission = predict(run, stream(run))
         results.append(RunResult(run, table, admission))
     results.sort(key=lambda x: (x.run.pool_tokens, str(x.run.path)))
     base = results[0].run
     for x in results[1:]:
-        if x.run.kv_cache_tokens != base.kv_cache_tokens or x.run.meta["scaling"] != base.meta["scaling"]:
-            raise RawRecordError(x.run.path / "run.yaml", f"not the same sweep as {base.path}: KV cache or scaling differ")
+        if x.run.kv_cache_tokens != base.kv_cache_tokens or x.run.meta["scaling"] != base.meta["scaling"] \
+                or x.run.meta["trace"] != base.meta["trace"]:
+            raise RawRecordError(x.run.path / "run.yaml", f"not the same sweep as {base.path}: KV cache, trace or scaling differ")
     return results
 
 
@@ -399,14 +367,3 @@ def figure(tidy_table: pd.DataFrame, out: str | Path) -> None:
     save_svg(fig, out, "sweep_cpu")
     plt.close(fig)
 
-
-def check_trace(path: str | Path, sha256: str) -> None:
-    """The public trace the stream is rebuilt from must be the one the config pins."""
-    import hashlib
-
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    if h.hexdigest() != sha256:
-        raise RawRecordError(path, f"sha256 {h.hexdigest()}, the config pins {sha256}: not the trace the sweep replayed")
