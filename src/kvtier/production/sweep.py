@@ -303,6 +303,7 @@ def register_numbers(writer: Any, results: list[RunResult]) -> None:
     writer.add("sweepcpu.preemptions", float(sum(x.run.preemptions for x in results)), "count")
     writer.add("sweepcpu.max_running", int(max(x.admission.max_running for x in results)), "requests")
     writer.add("sweepcpu.with_pool", sum(1 for x in results if x.run.tiered), "count")
+    writer.add("sweepcpu.without_pool", sum(1 for x in results if not x.run.tiered), "count")
     durations = [float(x.run.meta.get("max_duration_s") or 0.0) for x in results]
     writer.add("sweepcpu.max_duration_min", min(durations), "s")
     writer.add("sweepcpu.max_duration_max", max(durations), "s")
