@@ -362,7 +362,7 @@ def figure(tidy_table: pd.DataFrame, out: str | Path) -> None:
     b.set_title("(b) share of misses served", fontsize=10, loc="left")
     kinds = [Line2D([], [], color="0.3", marker="o", linestyle="none", markerfacecolor="white", label="from the KV cache"),
              Line2D([], [], color="0.3", marker="o", linestyle="none", label="from the pool")]
-    a.legend(handles=kinds, fontsize=8, frameon=False, loc="center right")
+    a.legend(handles=kinds, fontsize=8, frameon=False, loc="best")
     b.legend(fontsize=8, frameon=False, loc="lower right")
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     save_svg(fig, out, "sweep_cpu")
