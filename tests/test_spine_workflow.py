@@ -108,6 +108,6 @@ def test_a_record_error_reaches_the_console_with_file_and_line(tmp_path: Path) -
     second = len(lines) + next(i for i, line in enumerate(lines) if "] Engine 000:" in line) + 1
     from kvtier.manifest import add_entries
     add_entries([log], "replica", "doubled for a test", repo / "raw/MANIFEST.tsv")
-    done = snakemake(repo, "results/numbers/production.json", check=False)
+    done = snakemake(repo, "results/numbers/production_C.json", check=False)
     assert done.returncode != 0
     assert f"kvtier: rule production_numbers failed: raw/production/C/server.log:{second}: a server run" in done.stderr

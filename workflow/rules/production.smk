@@ -1,6 +1,6 @@
 # Production, per setup (note: Setup, Results, Table 2, Figure 1b, Recommendations, appendix):
 #   /metrics snapshot + server log + host facts (+ headroom, cold reads where a setup has them)
-#   -> its numbers, tidy restores, Table 2 and Figure 1b. Every setup runs the same rules; what
+#   -> its numbers, tidy restores, Table 2 and Figure 1b (one rule, one process). Every setup runs the same rules; what
 #   differs is settings (config production.setups). The data contract runs at ingest
 #   (kvtier.production.contract).
 from kvtier.production.setups import file_of, settings as setup_settings
@@ -22,7 +22,7 @@ for _setup in PROD_SETUPS:
 
 rule production_numbers:
     message:
-        "Production (setup {wildcards.setup}): check and parse /metrics and the server log -> numbers"
+        "Production (setup {wildcards.setup}): check and parse /metrics and the server log -> numbers, Table 2, Figure 1b"
     input:
         code=PACKAGE_CODE,
         metrics=file_of(PROD, "metrics"),
@@ -44,8 +44,12 @@ rule production_numbers:
         repairs="results/tidy/production_{setup}_contract.csv",
         hours="results/tidy/production_{setup}_hours.csv",
         method="results/tidy/production_{setup}_method.csv",
+        table2=report("results/tables/table2_{setup}.csv", caption="../report/table2.rst", category="The note"),
+        svg=report("figures/fig1b_{setup}.svg", caption="../report/fig1b.rst", category="The note"),
+        bins="results/tidy/production_{setup}_fig1b_bins.csv",
     params:
         settings=lambda wc: setup_settings(PROD, wc.setup),
+        figure_id=lambda wc: f"fig1b_{wc.setup}",
     log:
         "logs/production_numbers_{setup}.log",
     benchmark:
@@ -54,53 +58,6 @@ rule production_numbers:
         ANALYSIS_ENV
     script:
         "../scripts/production_numbers.py"
-
-
-rule production_table2:
-    message:
-        "Table 2 (setup {wildcards.setup}): sources of prompt tokens and traffic between GPU memory and the RAM pool"
-    input:
-        code=PACKAGE_CODE,
-        numbers="results/numbers/production_{setup}.json",
-    output:
-        csv=report("results/tables/table2_{setup}.csv", caption="../report/table2.rst", category="The note"),
-    params:
-        prefix=lambda wc: PROD_SETUPS[wc.setup]["numbers_prefix"],
-    log:
-        "logs/production_table2_{setup}.log",
-    benchmark:
-        "results/benchmarks/production_table2_{setup}.tsv"
-    conda:
-        ANALYSIS_ENV
-    script:
-        "../scripts/production_table2.py"
-
-
-rule production_fig1b:
-    message:
-        "Figure 1b (setup {wildcards.setup}): restores by tokens served, with modelled cold-read time where timed"
-    input:
-        code=PACKAGE_CODE,
-        restores="results/tidy/production_{setup}_restores.csv",
-        coldreads=file_of(PROD, "coldreads"),
-        numbers="results/numbers/production_{setup}.json",
-        manifest=MANIFEST,
-    output:
-        svg=report("figures/fig1b_{setup}.svg", caption="../report/fig1b.rst", category="The note"),
-        bins="results/tidy/production_{setup}_fig1b_bins.csv",
-    params:
-        bins=lambda wc: setup_settings(PROD, wc.setup)["figure_bins"],
-        top_step=lambda wc: setup_settings(PROD, wc.setup)["figure_top_step"],
-        prefix=lambda wc: PROD_SETUPS[wc.setup]["numbers_prefix"],
-        figure_id=lambda wc: f"fig1b_{wc.setup}",
-    log:
-        "logs/production_fig1b_{setup}.log",
-    benchmark:
-        "results/benchmarks/production_fig1b_{setup}.tsv"
-    conda:
-        ANALYSIS_ENV
-    script:
-        "../scripts/production_fig1b.py"
 
 
 CAPTURE = config["experiments"]["capture"]

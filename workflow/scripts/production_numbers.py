@@ -1,9 +1,13 @@
-"""Rule production_numbers: one setup's raw records -> results/numbers/production_<setup>.json + tidy tables."""
+"""Rule production_numbers: one setup's raw records -> its numbers, tidy tables, Table 2 and Figure 1b
+(one process: the records are parsed once, and the table and figure read what this run computed)."""
 from pathlib import Path
 
 import pandas as pd
 
+from kvtier.coldread import model_from_csv
 from kvtier.eviction.records import find_runs
+from kvtier.numbers import load_registry
+from kvtier.production.outputs import figure_1b, figure_edges, restore_histogram, table2
 from kvtier.production.correction import from_records
 from kvtier.production.pipeline import analyse, ingest
 from kvtier.provenance import write_sidecar
@@ -38,3 +42,18 @@ for name, raw in read.items():
     write_sidecar(smk.output[name], smk.rule, raw)
 log.info("wrote %d numbers, %d visible restores, %d repairs", len(writer.numbers), len(tables["restores"]),
          len(tables["repairs"]))
+
+# Table 2 and Figure 1b, from the registry just written and the tidy restores
+prefix = settings["numbers_prefix"]
+registry = load_registry([smk.output.numbers])
+table2(registry, prefix).to_csv(smk.output.table2, index=False)
+write_sidecar(smk.output.table2, smk.rule, [smk.output.numbers])
+restores = tables["restores"]
+max_model_len = float(registry[f"{prefix}.context_tokens"].value)
+edges = figure_edges(list(settings["figure_bins"]), float(restores["tokens"].max()), max_model_len, float(settings["figure_top_step"]))
+log.info("Figure 1b edges %s (top edge from the largest restore, at most max_model_len %d)", edges, max_model_len)
+bins = restore_histogram(restores, edges, model_from_csv(coldreads[0]) if coldreads else None)
+bins.to_csv(smk.output.bins, index=False)
+write_sidecar(smk.output.bins, smk.rule, [smk.output.restores, *coldreads])
+figure_1b(bins, smk.output.svg, smk.params.figure_id)
+log.info("Figure 1b: %d bins, %d restores", len(bins), int(bins["restores"].sum()))

@@ -72,6 +72,17 @@ def schedule(a: argparse.Namespace, s: Scaling):  # noqa: ANN201
     raise SystemExit(f"error: --trace must start with kv-cache-tester: or mooncake:, not {a.trace!r}")
 
 
+def end_log_with_newline(path: Path) -> None:
+    """The server has exited: its last line is complete, even when its exit handlers print no
+    final newline (vLLM 0.32's nanobind leak report). Ending the file with one keeps the log
+    reader's check for a copy cut mid-line meaningful."""
+    if path.exists() and path.stat().st_size:
+        with open(path, "rb+") as f:
+            f.seek(-1, 2)
+            if f.read(1) != b"\n":
+                f.write(b"\n")
+
+
 def server_block_tokens(metrics: Path) -> int:
     """The server's block size, from its own /metrics (vllm:cache_config_info)."""
     from ..production.promtext import read_prometheus
@@ -147,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if server is not None:
             server.stop()
+            end_log_with_newline(out / "server.log")
         if done:  # the observation ends when the server stops (its log ends there), after the final snapshot
             (out / "host.yaml").write_text(yaml.safe_dump(host_record(facts, software, started, _now()), sort_keys=False),
                                            encoding="utf-8")
