@@ -23,6 +23,7 @@ holds only a few prompts, so most requests wait, and while they run nothing else
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -40,6 +41,7 @@ from .analysis import token_sources
 from .promtext import Snapshot, read_prometheus
 
 GIB = 2**30
+BYTES_PER_CHUNK = re.compile(r"kvtier_cpu_offload: bytes_per_offloaded_block=(\d+)")
 SOURCES = ("gpu", "pool", "computed")
 MODELS = ("measured", "simulated", "sequential")  # counters; the replay as the server ran it; one at a time
 # client.jsonl: the fields a sweep reads from every line, and their types
@@ -91,6 +93,7 @@ class SweepRun:
     shape: dict[str, int | None]  # block_tokens, kv_blocks, chunk_blocks, cpu_chunks
     measured: dict[str, float]    # tokens by source over the run (token_sources' keys)
     preemptions: float
+    stored_chunks: float | None   # offloaded blocks the server stored: its store-bytes counter / bytes of a block
 
     @property
     def pool_bytes(self) -> int:
@@ -152,7 +155,14 @@ def read_run(run_dir: str | Path) -> SweepRun:
         raise RawRecordError(run_dir / "metrics.prom", f"the counters credit {measured['gpu'] + measured['pool']:.0f} tokens to "
                                                       f"the KV cache and the pool, usage in client.jsonl {int(reqs.cached_tokens.sum())}")
     pre = end.value("vllm:num_preemptions_total") - (start.value("vllm:num_preemptions_total") if start.has("vllm:num_preemptions_total") else 0.0)
-    return SweepRun(run_dir, meta, reqs, shape, measured, pre)
+    stored = None
+    if shape["cpu_chunks"] is not None:
+        m = BYTES_PER_CHUNK.search((run_dir / "server.log").read_text(encoding="utf-8", errors="replace"))
+        if m is None:
+            raise RawRecordError(run_dir / "server.log", "the offload worker's startup line lacks bytes_per_offloaded_block")
+        name = "vllm:kv_offload_store_bytes_total"
+        stored = (end.value(name) - (start.value(name) if start.has(name) else 0.0)) / int(m.group(1))
+    return SweepRun(run_dir, meta, reqs, shape, measured, pre, stored)
 
 
 def stream(run: SweepRun) -> list[Request]:
@@ -180,7 +190,8 @@ def predict(run: SweepRun, requests: list[Request], null_blocks: int = 1) -> tup
     r = run.requests
     resident = _cache(run, ResidentCache, null_blocks)
     outs, admission = replay_admitted(resident, requests, r.sent_s.tolist(), (r.sent_s + r.total_s).tolist())  # type: ignore[arg-type]
-    seq = _cache(run, TieredCache, null_blocks).replay(requests)
+    seq_cache = _cache(run, TieredCache, null_blocks)
+    seq = seq_cache.replay(requests)
     table = r.assign(order=range(len(r)), prompt_tokens=r.prompt_tokens_sent,
                      pred_gpu_tokens=[o.gpu_tokens for o in outs], pred_pool_tokens=[o.cpu_tokens for o in outs],
                      pred_computed_tokens=[o.computed_tokens for o in outs],
@@ -188,6 +199,7 @@ def predict(run: SweepRun, requests: list[Request], null_blocks: int = 1) -> tup
                      seq_computed_tokens=[o.computed_tokens for o in seq])
     table["agrees"] = table.cached_tokens == table.pred_gpu_tokens + table.pred_pool_tokens
     table["seq_agrees"] = table.cached_tokens == table.seq_gpu_tokens + table.seq_pool_tokens
+    table.attrs["stored_chunks"] = {"simulated": resident.stored_chunks, "sequential": seq_cache.stored_chunks}
     return table, admission
 
 
@@ -289,6 +301,10 @@ def register_numbers(writer: Any, results: list[RunResult]) -> None:
                 worst = max(worst, max(map(abs, gaps)))
             else:
                 worst_seq = max(worst_seq, max(map(abs, gaps)))
+        if r.stored_chunks is not None:
+            writer.add(p + "stored_chunks", float(r.stored_chunks), "blocks", note="offloaded blocks stored: store-bytes counter / bytes of a block")
+            for model, n in x.table.attrs["stored_chunks"].items():
+                writer.add(p + f"{model}.stored_chunks", int(n), "blocks")
         writer.add(p + "agree", int(x.table.agrees.sum()), "requests")
         writer.add(p + "sequential.agree", int(x.table.seq_agrees.sum()), "requests")
         writer.add(p + "waited", x.admission.waited, "requests")
@@ -296,6 +312,9 @@ def register_numbers(writer: Any, results: list[RunResult]) -> None:
         writer.add(p + "max_running", x.admission.max_running, "requests")
     writer.reading(*[x.run.path / f for x in results for f in RUN_FILES])
     writer.add("sweepcpu.worst_points", 100 * worst, "count", note="largest gap of any share, any run, percentage points")
+    gaps = [max(abs(a - b) for a, b in zip(*[[shares(x.tokens(k))[f"share_{s}"] for s in SOURCES] for k in ("simulated", "measured")]))
+            for x in results]
+    writer.add("sweepcpu.worst_run", int(max(range(len(results)), key=gaps.__getitem__)), "count", note="index of the run with the largest gap")
     writer.add("sweepcpu.sequential.worst_points", 100 * worst_seq, "count")
     writer.add("sweepcpu.requests", int(sum(len(x.table) for x in results)), "requests")
     writer.add("sweepcpu.waited", int(sum(x.admission.waited for x in results)), "requests")

@@ -87,6 +87,7 @@ class TieredCache:
         self.cpu: LRUTier | None = None if cpu_chunks is None else LRUTier(cpu_chunks)
         self._chunk_ends: set[int] = set()  # store_on_evict: GPU blocks that end a chunk not yet stored
         self._unique = 0  # ids of blocks that can never hit: -1, -2, ...
+        self.stored_chunks = 0  # chunks the CPU tier took in ('vllm' flavor: what the server's stores copy)
 
     def _fresh_ids(self, n: int) -> list[int]:
         first = self._unique - 1
@@ -137,6 +138,7 @@ class TieredCache:
                 if need > 0:
                     cpu.evict_first(need, skip=set(offered))
                 cpu.touch_in_order(absent, absent=True)
+                self.stored_chunks += len(absent)
             seen = keys[start:] if loaded else keys
         cpu.touch(key for key in reversed(seen) if key in cpu)
         return loaded, chunks
