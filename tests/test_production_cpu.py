@@ -214,3 +214,12 @@ def test_a_sent_record_that_disagrees_with_the_client_log_is_refused(tmp_path):
     (tmp_path / "client.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     with pytest.raises(RawRecordError, match=r"client.jsonl:4: session \d+ turn \d+: sent_blocks.npz has \d+ tokens, the client sent"):
         sent.read(CAPTURE / "sent_blocks.npz", tmp_path / "client.jsonl")
+
+
+def test_a_log_without_any_restore_gets_a_clear_error():
+    """Before: 'attempt to get argmax of an empty sequence' from pandas."""
+    from kvtier.production.logsummary import LogSummary
+
+    log = LogSummary("server.log", [], "flat")  # its loads table is empty
+    with pytest.raises(RawRecordError, match=r"server.log: no report shows a load from the pool"):
+        A.size_restores(log, GEO, 0.0)

@@ -221,6 +221,9 @@ def size_restores(log: Log, geometry: PoolGeometry, extra_blocks: float) -> pd.D
     if small.any():
         raise RawRecordError(log.path, f"a restore moved {rows.loc[small, 'moved_blocks'].iloc[0]:g} blocks, not more than the "
                                        f"{extra_blocks:g} moved on top of what it serves", line=int(rows.loc[small, "line"].iloc[0]))
+    if rows.empty:
+        raise RawRecordError(log.path, "no report shows a load from the pool: there are no restores to size "
+                                       "(the note's restore numbers and Figure 1b need at least one)")
     rows["tokens"] = rows["served_blocks"] * geometry.block_tokens
     rows["bytes"] = rows["moved_blocks"] * geometry.bytes_per_block
     return rows

@@ -85,8 +85,8 @@ def replay(turns: list[Turn], new_client: Callable[[], ServingClient], log_path:
     with ThreadPoolExecutor(max_workers=workers) as pool:
         while heads or busy:
             now = time.monotonic() - t0 + base
-            if now - base > max_duration_s:
-                counts["unsent"] = sum(len(q) for q in heads.values())
+            if now - base > max_duration_s and heads:  # once: later passes only wait for requests in flight
+                counts["unsent"] += sum(len(q) for q in heads.values())
                 heads.clear()
             active = set(busy.values())
             for s in [s for s, q in heads.items() if s not in active and q[0].at_s <= now]:
