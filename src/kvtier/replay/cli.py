@@ -26,6 +26,7 @@ import argparse
 import datetime as dt
 import os
 import signal
+import time
 import sys
 from pathlib import Path
 
@@ -72,6 +73,9 @@ def schedule(a: argparse.Namespace, s: Scaling):  # noqa: ANN201
     raise SystemExit(f"error: --trace must start with kv-cache-tester: or mooncake:, not {a.trace!r}")
 
 
+STATS_INTERVAL_S = 10  # vLLM's default report interval (--disable-log-stats off)
+
+
 def end_log_with_newline(path: Path) -> None:
     """The server has exited: its last line is complete, even when its exit handlers print no
     final newline (vLLM 0.32's nanobind leak report). Ending the file with one keeps the log
@@ -102,7 +106,7 @@ def host_record(facts: dict, software: dict, started: dt.datetime | None, ended:
     pipeline's terms — from the launch (its counters start then) to the server's stop, after the
     final /metrics snapshot (no request was sent in between), the year its log lines omit, and vLLM's report interval (its default: ten seconds)."""
     rec: dict = {"host": {**facts, "load_average_end": load_average()},
-                 "server": {"vllm_version": software.get("vllm"), "stats_interval_s": 10}}
+                 "server": {"vllm_version": software.get("vllm"), "stats_interval_s": STATS_INTERVAL_S}}
     if started is not None:  # attached: the counters' start is not ours to know
         rec["observation"] = {"start": started.isoformat(), "end": ended.isoformat(), "log_year": started.year}
     return rec
@@ -145,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
             name = probe.model
         counts = replay(turns, lambda: ServingClient(url, name, timeout_s=a.request_timeout, api_key=key),
                         out / "client.jsonl", max_duration_s=a.max_duration, workers=a.workers, progress=not a.no_progress)
+        if server is not None:  # let the server print the report that covers the last requests
+            time.sleep(STATS_INTERVAL_S + 2)
         with ServingClient(url, name, timeout_s=a.request_timeout, api_key=key) as probe:
             (out / "metrics.prom").write_text(probe.metrics_text(), encoding="utf-8")
         sent.write(out, turns, server_block_tokens(out / "metrics.prom"))  # the stream, in the server's blocks
