@@ -8,15 +8,15 @@ states a wider one with its reason ("about 30"). Used only for checking, never f
 
 from __future__ import annotations
 
+import csv
 import json
 import math
+from collections import Counter
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-import pandas as pd
 import yaml
 
 from .errors import ClaimsError
@@ -73,6 +73,8 @@ class Claim:
 
 
 def load_claims(path: str | Path) -> list[Claim]:
+    import jsonschema  # here, not at import: the gate reads only the report
+
     data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     try:
         jsonschema.validate(data, SCHEMA)
@@ -186,6 +188,8 @@ def check_all(claims: list[Claim], registry: dict[str, Number],
         row = check_claim(c, registry)
         row["in_text"] = text_check(c, printed) if printed is not None else ""
         rows.append(row)
+    import pandas as pd  # here, not at import: the gate reads the report with csv
+
     return pd.DataFrame(rows)
 
 
@@ -226,12 +230,14 @@ def write_report(claims_yaml: str | Path, numbers: list[str], out_md: str | Path
     return table
 
 
-def gate(csv: str | Path, ok_path: str | Path) -> None:
+def gate(csv_path: str | Path, ok_path: str | Path) -> None:
     """Fail loudly, listing each failing claim; leaves the report in place for reading."""
-    table = pd.read_csv(csv, dtype=str, keep_default_na=False)
-    failed = table[table["status"] == "fail"]
-    if len(failed):
-        lines = [f"  {r.id}: printed {r.printed}, recomputed {r.recomputed} ({r.key}, tolerance {r.tolerance})" for r in failed.itertuples()]
+    with open(csv_path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    failed = [r for r in rows if r["status"] == "fail"]
+    if failed:
+        lines = [f"  {r['id']}: printed {r['printed']}, recomputed {r['recomputed']} ({r['key']}, tolerance {r['tolerance']})"
+                 for r in failed]
         raise ClaimsError(f"{len(failed)} published number(s) not reproduced (see results/claims.md):\n" + "\n".join(lines))
-    counts = table["status"].value_counts().to_dict()
+    counts = dict(Counter(r["status"] for r in rows).most_common())
     atomic_write_text(ok_path, f"{counts}\n")
