@@ -224,7 +224,14 @@ def write_report(claims_yaml: str | Path, numbers: list[str], out_md: str | Path
                  printed: dict[str, str | Path] | None = None) -> pd.DataFrame:
     """printed: per document ('note', 'lab'), the JSON of texts its rendering printed per key."""
     texts = {doc: json.loads(Path(p).read_text(encoding="utf-8")) for doc, p in (printed or {}).items()}
-    table = check_all(load_claims(claims_yaml), load_registry(numbers), texts if printed is not None else None)
+    return write_report_tables(load_claims(claims_yaml), load_registry(numbers), texts if printed is not None else None,
+                               out_md, out_csv)
+
+
+def write_report_tables(claims: list[Claim], registry: dict[str, Number], printed: dict[str, dict[str, list[str]]] | None,
+                        out_md: str | Path, out_csv: str | Path) -> pd.DataFrame:
+    """The report from what is in memory: the registry and, per document, the texts it printed."""
+    table = check_all(claims, registry, printed)
     atomic_write_text(out_csv, table.to_csv(index=False))
     atomic_write_text(out_md, report_markdown(table))
     return table
