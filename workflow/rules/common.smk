@@ -7,7 +7,7 @@ from pathlib import Path
 #   EXTRA_TARGETS.append(path)                       further outputs of the default target
 # Input functions read these lists lazily, after every rule file has been included.
 
-from kvtier.snake import activated, check_raw_pins
+from kvtier.snake import activated, check_raw_pins, code_digest
 
 NUMBERS: list[str] = []
 FIGURES: dict[str, str] = {}
@@ -18,16 +18,13 @@ MANIFEST = config["manifest"]
 # Pinned files are checked by content on every invocation (mtimes miss an edit that kept them).
 check_raw_pins(MANIFEST)
 # Every rule depends on the package's code, so a change in an analysis reruns what it feeds
-# (Snakemake itself only tracks the rule's own script).
-PACKAGE_CODE = sorted(str(p) for p in Path("src/kvtier").rglob("*.py"))
+# (Snakemake itself only tracks the rule's own script): one digest of every source file, rewritten
+# on each invocation only when a file's content changed (kvtier.snake.code_digest).
+PACKAGE_CODE = code_digest("src/kvtier")
 
 
 def numbers_files(wildcards):
     return sorted(NUMBERS)
-
-
-def figure_files(wildcards):
-    return dict(sorted(FIGURES.items()))
 
 
 def all_targets(wildcards):
