@@ -1,6 +1,7 @@
 # Numbers -> provenance ledger -> the rendered note and lab (Markdown + self-contained HTML, PDF on
 # request) -> the claims check. Domain rule files register their numbers and figures in
-# common.smk's NUMBERS / FIGURES / LAB_FIGURES; the input functions below read them lazily.
+# common.smk's NUMBERS / FIGURES / LAB_FIGURES; its input functions read them lazily.
+
 
 # One process for the ledger, both documents and the claims report: each step reads what the one
 # before built (the registry, the ledger, what each document printed), so they share it in memory.
