@@ -25,6 +25,8 @@ rule lab_numbers:
     message:
         "Lab: per-request TTFT, metrics per pass, LMCache log and the simulator at the lab's sizes -> lab.* numbers, "
         "the lab's table and figure"
+    # off the longest chain (production -> counterfactual -> publish): fills the second core
+    priority: -10
     input:
         code=PACKAGE_CODE,
         run=f"{LAB_RUN}/run.yaml",
@@ -55,6 +57,8 @@ rule lab_numbers:
 rule lab_live:
     message:
         "Lab measured on vLLM's CPU build: each request's tokens by source from the counters, beside the simulator's prediction"
+    # off the longest chain (production -> counterfactual -> publish): fills the second core
+    priority: -10
     input:
         code=PACKAGE_CODE,
         records=lambda wc: lab_wf.pinned_under(MANIFEST, LAB_LIVE),
