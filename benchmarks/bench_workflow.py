@@ -9,16 +9,26 @@ Per run, on a fresh copy of the working tree (as git sees it: no results, no bui
   forced  `snakemake --cores N --forceall` (every rule again, extension built);
   minimal `snakemake --cores N --forceall` of benchmarks/minimal (two rules: a table, a figure).
 The copy's own package is imported (PYTHONPATH=copy/src), so its freshly built extension is used.
+The copy starts without __pycache__ (as a clone does) and Python writes it as the first processes
+import the package, as on a user's machine; --no-bytecode makes every process compile the
+package's modules again (PYTHONDONTWRITEBYTECODE=1; about 0.05 s of CPU per process here).
 Each is reported as the median wall time, the median CPU time of the child processes
 (user + sys: less noisy on a shared machine) and as a ratio to the minimal workflow of the same
-run. The last fresh run's per-rule times (results/benchmarks/) are set beside the minimal
-workflow's per-rule time (the floor of a `script:` rule that imports pandas).
-Targets on a 2-core machine: forced rebuild <= 15 s and <= 3x the minimal workflow; no-op <= 2 s.
+run; the load average is printed at the start and the end (the machine may be shared).
+The last fresh run's per-rule times (results/benchmarks/: wall, and CPU as Snakemake samples it)
+are set beside two floors: the minimal workflow's per-rule time (a `script:` rule that imports
+pandas or matplotlib), and each rule's own import floor -- the CPU a fresh process takes to start
+as Snakemake starts a script (unpickling its `snakemake` object imports Snakemake) and to import
+what the rule's script imports at its top (imports made later, inside functions, are the rule's
+work). What the rules' CPU does not account for is Snakemake's own (the main process).
+Targets on a 2-core machine: fresh and forced rebuild <= 15 s and <= 3x the minimal workflow;
+no-op <= 2 s.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import resource
@@ -32,6 +42,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kvtier.provenance import rule_locations
 from kvtier.worktree import copy_worktree
 
 REPO = Path(__file__).resolve().parent.parent
@@ -55,10 +66,47 @@ def timed(cmd: list[str], cwd: Path, env: dict | None = None) -> tuple[float, fl
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def per_rule(repo: Path) -> dict[str, float]:
+def per_rule(repo: Path) -> dict[str, dict[str, float]]:
+    """Wall and CPU seconds of each rule's last run, from its `benchmark:` file."""
     out = {}
     for f in sorted((repo / "results" / "benchmarks").glob("*.tsv")):
-        out[f.stem] = float(pd.read_csv(f, sep="\t")["s"].iloc[-1])
+        row = pd.read_csv(f, sep="\t").iloc[-1]
+        out[f.stem] = {"s": float(row["s"]), "cpu_s": float(row["cpu_time"])}
+    return out
+
+
+PROCESS = "import pickle, snakemake.script, snakemake.logging, snakemake.iocontainers"  # what a script's preamble imports
+
+
+def cpu_of(code: str, env: dict, runs: int = 3) -> float:
+    """Median CPU seconds of `python -c code` in a fresh process."""
+    times = []
+    for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([sys.executable, "-c", code], env=env, check=True, capture_output=True)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        times.append((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+    return statistics.median(times)
+
+
+def import_floors(repo: Path, env: dict) -> dict[str, float]:
+    """Per rule with a script: CPU of a fresh process that imports what Snakemake's preamble and
+    the script's top-level import statements import."""
+    out = {}
+    cwd = os.getcwd()
+    os.chdir(repo)
+    try:
+        rules = rule_locations(repo / "workflow" / "rules")
+    finally:
+        os.chdir(cwd)
+    for rule, loc in sorted(rules.items()):
+        script = repo / loc["script"] if loc.get("script") else None
+        if not script or not script.is_file():
+            continue
+        tree = ast.parse(script.read_text(encoding="utf-8"))
+        imports = [ast.unparse(n) for n in tree.body
+                   if isinstance(n, (ast.Import, ast.ImportFrom)) and getattr(n, "module", None) != "__future__"]
+        out[rule] = cpu_of("; ".join([PROCESS, *imports]), env)
     return out
 
 
@@ -67,32 +115,42 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--cores", default="2")
     ap.add_argument("--json", type=Path, help="also write the timings here")
+    ap.add_argument("--no-bytecode", action="store_true", help="PYTHONDONTWRITEBYTECODE=1 in every process")
     args = ap.parse_args()
     exe = str(Path(sys.executable).with_name("snakemake"))
     sm = [exe, "--cores", args.cores, "--quiet", "all"]
-    rows, rules, floor = [], {}, 0.0
+    load_start = os.getloadavg()
+    print(f"load average at start: {load_start[0]:.2f} {load_start[1]:.2f} {load_start[2]:.2f} "
+          f"({os.cpu_count()} CPUs), {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}", flush=True)
+    rows, rules, floors = [], {}, {}
     for i in range(args.runs):
         with tempfile.TemporaryDirectory() as tmp:
             repo = copy_worktree(REPO, Path(tmp) / "repo")
-            env = {**os.environ, "PYTHONPATH": str(repo / "src"), "PYTHONDONTWRITEBYTECODE": "1"}
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+            env["PYTHONPATH"] = str(repo / "src")
+            if args.no_bytecode:
+                env["PYTHONDONTWRITEBYTECODE"] = "1"
             (Path(tmp) / "build").mkdir()
             bw, bc = timed([sys.executable, "-c", BUILD, str(repo / "src")], Path(tmp) / "build", env)
             if not list((repo / "src" / "kvtier" / "sim").glob("_core*.so")):
                 sys.exit("the extension was not built into the copy")
             fw, fc = timed(sm, repo, env)
-            nw, nc = timed(sm, repo, env)
             rules = per_rule(repo)
+            nw, nc = timed(sm, repo, env)
             xw, xc = timed(sm + ["--forceall"], repo, env)
             mini = Path(tmp) / "minimal"
             shutil.copytree(MINIMAL, mini)
             timed([exe, "--cores", args.cores, "--quiet", "all"], mini)  # first: outputs exist afterwards
             mw, mc = timed([exe, "--cores", args.cores, "--quiet", "all", "--forceall"], mini)
-            floor = max(floor, mw / 2)
-        row = {"build_s": bw, "fresh_s": bw + fw, "fresh_cpu_s": bc + fc, "noop_s": nw, "noop_cpu_s": nc,
-               "forced_s": xw, "forced_cpu_s": xc, "minimal_s": mw, "minimal_cpu_s": mc}
+            if i == args.runs - 1:
+                floors = import_floors(repo, env)
+        row = {"build_s": bw, "build_cpu_s": bc, "fresh_s": bw + fw, "fresh_cpu_s": bc + fc, "noop_s": nw, "noop_cpu_s": nc,
+               "forced_s": xw, "forced_cpu_s": xc, "minimal_s": mw, "minimal_cpu_s": mc,
+               "load_1min": os.getloadavg()[0]}
         rows.append(row)
         print(f"run {i + 1}: fresh {row['fresh_s']:.1f} s (build {bw:.1f} s), no-op {nw:.2f} s, forced {xw:.1f} s, "
-              f"minimal {mw:.1f} s", flush=True)
+              f"minimal {mw:.1f} s; load {row['load_1min']:.2f}", flush=True)
+    load_end = os.getloadavg()
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
     ratio = {k: med[k] / med["minimal_s"] for k in ("fresh_s", "noop_s", "forced_s")}
     ratio.update({k: med[k] / med["minimal_cpu_s"] for k in ("fresh_cpu_s", "noop_cpu_s", "forced_cpu_s")})
@@ -102,12 +160,20 @@ def main() -> None:
         extra = "" if name == "minimal" else f"   = {ratio[f'{name}_s']:.2f}x / {ratio[f'{name}_cpu_s']:.2f}x the minimal workflow"
         print(f"  {name:<8}{w:6.2f} s / {c:6.2f} s{extra}")
     rule_floor = med["minimal_s"] / 2
-    print(f"per rule, last fresh run (the minimal workflow's mean rule: {rule_floor:.2f} s wall):")
-    for name, s in sorted(rules.items(), key=lambda kv: -kv[1]):
-        print(f"  {name:<22}{s:6.2f} s  {s / rule_floor:5.1f}x the floor")
+    rules_cpu = sum(r["cpu_s"] for r in rules.values())
+    print(f"per rule, last fresh run: wall, CPU, the rule's import floor (CPU) and its share of the rule's CPU; "
+          f"the minimal workflow's mean rule: {rule_floor:.2f} s wall")
+    for name, r in sorted(rules.items(), key=lambda kv: -kv[1]["cpu_s"]):
+        fl = floors.get(name)
+        share = f"{fl:5.2f} s {fl / r['cpu_s']:4.0%}" if fl is not None and r["cpu_s"] > 0 else "    -       "
+        print(f"  {name:<22}{r['s']:6.2f} s {r['cpu_s']:6.2f} s  floor {share}  {r['s'] / rule_floor:5.1f}x the minimal rule")
+    last = rows[-1]
+    print(f"  rules' CPU {rules_cpu:.2f} s of the last fresh run's {last['fresh_cpu_s'] - last['build_cpu_s']:.2f} s "
+          f"(less the build); the rest is Snakemake's own (startup, DAG, scheduling, bookkeeping)")
+    print(f"load average at end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}")
     if args.json:
-        args.json.write_text(json.dumps({"runs": rows, "median": med, "ratio": ratio, "rules_s": rules,
-                                         "rule_floor_s": rule_floor}, indent=1) + "\n")
+        args.json.write_text(json.dumps({"runs": rows, "median": med, "ratio": ratio, "rules": rules, "import_floor_cpu_s": floors,
+                                         "rule_floor_s": rule_floor, "load_start": load_start, "load_end": load_end}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

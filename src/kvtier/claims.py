@@ -8,15 +8,16 @@ states a wider one with its reason ("about 30"). Used only for checking, never f
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
+from collections import Counter
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import jsonschema
-import pandas as pd
 import yaml
 
 from .errors import ClaimsError
@@ -73,6 +74,8 @@ class Claim:
 
 
 def load_claims(path: str | Path) -> list[Claim]:
+    import jsonschema  # here, not at import: the gate reads only the report
+
     data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     try:
         jsonschema.validate(data, SCHEMA)
@@ -180,17 +183,23 @@ def text_check(c: Claim, printed: dict[str, dict[str, list[str]]]) -> str:
 
 
 def check_all(claims: list[Claim], registry: dict[str, Number],
-              printed: dict[str, dict[str, list[str]]] | None = None) -> pd.DataFrame:
+              printed: dict[str, dict[str, list[str]]] | None = None) -> list[dict[str, str]]:
+    """One row per claim (every value a string, as the report prints it)."""
     rows = []
     for c in claims:
         row = check_claim(c, registry)
         row["in_text"] = text_check(c, printed) if printed is not None else ""
         rows.append(row)
-    return pd.DataFrame(rows)
+    return rows
 
 
-def report_markdown(table: pd.DataFrame) -> str:
-    counts = table["status"].value_counts().to_dict()
+def _counts(values: list[str]) -> dict[str, int]:
+    """How often each value occurs, most frequent first (ties: first seen first)."""
+    return dict(Counter(values).most_common())
+
+
+def report_markdown(table: list[dict[str, str]]) -> str:
+    counts = _counts([r["status"] for r in table])
     lines = [
         "# Claims check",
         "",
@@ -206,32 +215,51 @@ def report_markdown(table: pd.DataFrame) -> str:
         "| id | doc | where | printed | recomputed | tolerance | key | status | in the rebuilt text |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in table.itertuples(index=False):
-        lines.append(f"| {r.id} | {r.doc} | {r.where} | {r.printed} | {r.recomputed} | {r.tolerance} | `{r.key}` | {r.status} | {r.in_text} |")
+    for r in table:
+        lines.append(f"| {r['id']} | {r['doc']} | {r['where']} | {r['printed']} | {r['recomputed']} | {r['tolerance']} "
+                     f"| `{r['key']}` | {r['status']} | {r['in_text']} |")
     return "\n".join(lines) + "\n"
 
 
-def _text_counts(table: pd.DataFrame) -> dict[str, int]:
-    kinds = table["in_text"].map(lambda v: "printed differently" if str(v).startswith("printed as") else (v or "unchecked"))
-    return {k: int(n) for k, n in kinds.value_counts().items()}
+def _text_counts(table: list[dict[str, str]]) -> dict[str, int]:
+    return _counts(["printed differently" if str(r["in_text"]).startswith("printed as") else (r["in_text"] or "unchecked")
+                    for r in table])
+
+
+def to_csv(table: list[dict[str, str]]) -> str:
+    """The rows as CSV (the columns in the rows' order; quoted only where a field needs it)."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=list(table[0]) if table else [], lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(table)
+    return out.getvalue()
 
 
 def write_report(claims_yaml: str | Path, numbers: list[str], out_md: str | Path, out_csv: str | Path,
-                 printed: dict[str, str | Path] | None = None) -> pd.DataFrame:
+                 printed: dict[str, str | Path] | None = None) -> list[dict[str, str]]:
     """printed: per document ('note', 'lab'), the JSON of texts its rendering printed per key."""
     texts = {doc: json.loads(Path(p).read_text(encoding="utf-8")) for doc, p in (printed or {}).items()}
-    table = check_all(load_claims(claims_yaml), load_registry(numbers), texts if printed is not None else None)
-    atomic_write_text(out_csv, table.to_csv(index=False))
+    return write_report_tables(load_claims(claims_yaml), load_registry(numbers), texts if printed is not None else None,
+                               out_md, out_csv)
+
+
+def write_report_tables(claims: list[Claim], registry: dict[str, Number], printed: dict[str, dict[str, list[str]]] | None,
+                        out_md: str | Path, out_csv: str | Path) -> list[dict[str, str]]:
+    """The report from what is in memory: the registry and, per document, the texts it printed."""
+    table = check_all(claims, registry, printed)
+    atomic_write_text(out_csv, to_csv(table))
     atomic_write_text(out_md, report_markdown(table))
     return table
 
 
-def gate(csv: str | Path, ok_path: str | Path) -> None:
+def gate(csv_path: str | Path, ok_path: str | Path) -> None:
     """Fail loudly, listing each failing claim; leaves the report in place for reading."""
-    table = pd.read_csv(csv, dtype=str, keep_default_na=False)
-    failed = table[table["status"] == "fail"]
-    if len(failed):
-        lines = [f"  {r.id}: printed {r.printed}, recomputed {r.recomputed} ({r.key}, tolerance {r.tolerance})" for r in failed.itertuples()]
+    with open(csv_path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    failed = [r for r in rows if r["status"] == "fail"]
+    if failed:
+        lines = [f"  {r['id']}: printed {r['printed']}, recomputed {r['recomputed']} ({r['key']}, tolerance {r['tolerance']})"
+                 for r in failed]
         raise ClaimsError(f"{len(failed)} published number(s) not reproduced (see results/claims.md):\n" + "\n".join(lines))
-    counts = table["status"].value_counts().to_dict()
+    counts = dict(Counter(r["status"] for r in rows).most_common())
     atomic_write_text(ok_path, f"{counts}\n")

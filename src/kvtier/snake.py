@@ -5,6 +5,7 @@ Scripts stay thin: `smk = begin(snakemake)` then call into the package with name
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import sys
 from pathlib import Path
@@ -12,9 +13,10 @@ from typing import Any, Iterable
 
 from .errors import CONSOLE_ERRORS
 from .manifest import check_pins, verify_files
-from .numbers import NumbersWriter
+from .numbers import NumbersWriter, atomic_write_text
 
 MANIFEST = "raw/MANIFEST.tsv"
+CODE_DIGEST = "results/code.sha256"
 
 
 def _paths(files: Any) -> list[str]:
@@ -59,6 +61,21 @@ def check_raw_pins(manifest: str) -> list[str]:
     return unpinned
 
 
+def code_digest(package: str | Path = "src/kvtier", digest: str | Path = CODE_DIGEST) -> str:
+    """Run at every workflow invocation: the package's sources (*.py, and the C core) as one
+    file of `sha256  path` lines, rewritten only when a line changed, so its mtime moves exactly
+    when the code does. Every rule takes this one file as its `code` input instead of each
+    source file: a change in an analysis still reruns what it feeds (Snakemake itself only tracks
+    a rule's own script), while Snakemake stats and checksums one input per rule, not a hundred
+    (it hashes every input once per output when a job finishes)."""
+    files = sorted(p for p in Path(package).rglob("*") if p.suffix in (".py", ".c") and p.is_file())
+    text = "".join(f"{hashlib.sha256(p.read_bytes()).hexdigest()}  {p.as_posix()}\n" for p in files)
+    path = Path(digest)
+    if not path.exists() or path.read_text(encoding="utf-8") != text:
+        atomic_write_text(path, text)
+    return str(path)
+
+
 def begin(snakemake: Any) -> logging.Logger:
     """Send stderr and logging to the rule's log, then pin-check every raw input."""
     if snakemake.log:
@@ -75,7 +92,7 @@ def begin(snakemake: Any) -> logging.Logger:
 
 def numbers_writer(snakemake: Any, topic: str) -> NumbersWriter:
     """A writer stamped with the rule and its data inputs (the manifest and code excluded)."""
-    inputs = [p for p in _paths(snakemake.input) if not p.endswith(("MANIFEST.tsv", ".py"))]
+    inputs = [p for p in _paths(snakemake.input) if not p.endswith(("MANIFEST.tsv", ".py")) and p != CODE_DIGEST]
     return NumbersWriter(topic=topic, rule=snakemake.rule, inputs=inputs)
 
 

@@ -2,30 +2,29 @@ from pathlib import Path
 
 # Shared by every .smk file. Each domain file registers what the paper needs, as follows.
 #   NUMBERS.append("results/numbers/<topic>.json")   every numbers file
-#   FIGURES["fig1a"] = "figures/fig1a.svg"             every figure the templates embed
+#   FIGURES["fig1a"] = "figures/fig1a.svg"             every figure the note embeds
+#   LAB_FIGURES["lab_ttft"] = "figures/lab_ttft.svg"   every figure the lab embeds
 #   EXTRA_TARGETS.append(path)                       further outputs of the default target
 # Input functions read these lists lazily, after every rule file has been included.
 
-from kvtier.snake import activated, check_raw_pins
+from kvtier.snake import activated, check_raw_pins, code_digest
 
 NUMBERS: list[str] = []
 FIGURES: dict[str, str] = {}
+LAB_FIGURES: dict[str, str] = {}
 EXTRA_TARGETS: list[str] = []
 ANALYSIS_ENV = "../../envs/analysis.yaml"
 MANIFEST = config["manifest"]
 # Pinned files are checked by content on every invocation (mtimes miss an edit that kept them).
 check_raw_pins(MANIFEST)
 # Every rule depends on the package's code, so a change in an analysis reruns what it feeds
-# (Snakemake itself only tracks the rule's own script).
-PACKAGE_CODE = sorted(str(p) for p in Path("src/kvtier").rglob("*.py"))
+# (Snakemake itself only tracks the rule's own script): one digest of every source file, rewritten
+# on each invocation only when a file's content changed (kvtier.snake.code_digest).
+PACKAGE_CODE = code_digest("src/kvtier")
 
 
 def numbers_files(wildcards):
     return sorted(NUMBERS)
-
-
-def figure_files(wildcards):
-    return dict(sorted(FIGURES.items()))
 
 
 def all_targets(wildcards):
@@ -35,3 +34,24 @@ def all_targets(wildcards):
 def template_files(wildcards):
     """Every template, so editing a section re-renders (the folder itself is `ancient`)."""
     return sorted(str(p) for p in Path("paper/templates").rglob("*.j2"))
+
+
+# The documents paper.smk's publish rule renders.
+DOCUMENTS = {
+    "note": {"template": "note.md.j2", "title": "A Host-RAM Tier for the KV Cache"},
+    "lab": {
+        "template": "lab.md.j2",
+        "title": "KV caches that don't fit on the GPU: cyclic access, LRU and offloading to CPU",
+    },
+}
+
+
+def document_figures(wildcards):
+    """Every figure either document embeds, as named inputs (the note's, then the lab's)."""
+    return {**FIGURES, **LAB_FIGURES}
+
+
+def documents(wildcards):
+    """Each document's template, title and the names of the figures it may embed."""
+    figures = {"note": sorted(FIGURES), "lab": sorted(LAB_FIGURES)}
+    return {name: {**doc, "figures": figures[name]} for name, doc in DOCUMENTS.items()}

@@ -10,6 +10,8 @@ CF = config["counterfactual"]
 rule cf_workload:
     message:
         "Counterfactual: fit the synthetic agentic workload to the production numbers"
+    # on the longest chain (production -> counterfactual -> publish): runs as soon as it can
+    priority: 10
     input:
         code=PACKAGE_CODE,
         production="results/numbers/production_C.json",
@@ -39,6 +41,8 @@ rule cf_workload:
 rule cf_numbers:
     message:
         "Counterfactual: sweeps, GPU curve, numbers for the appendix and Figure 2"
+    # on the longest chain (production -> counterfactual -> publish): runs as soon as it can
+    priority: 10
     input:
         code=PACKAGE_CODE,
         fit="results/counterfactual/workload_fit.json",

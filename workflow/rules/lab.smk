@@ -1,5 +1,5 @@
 # The lab (cyclic access, LRU, offloading to CPU): its measurement table, the simulator's
-# experiments and prediction, its figure and its page paper/lab.{md,html}.
+# experiments and prediction, its figure; its page paper/lab.{md,html} is rendered by paper.smk.
 #   default target: pinned records under raw/lab -> lab.* numbers -> figure -> page
 #   opt-in:         lab_cyclic launches vLLM (alone, then with LMCache) and records a new run
 from kvtier.lab import workflow as lab_wf
@@ -10,15 +10,23 @@ LAB_SNAPSHOTS = ["0_start", "1_first", "2_second", "3_reverse"]
 
 NUMBERS.append("results/numbers/lab.json")
 LAB_LIVE = LAB.get("records_cpu")
+# the lab's page (rendered by paper.smk's publish rule) embeds these
+LAB_FIGURES["lab_ttft"] = "figures/lab_ttft.svg"
 if LAB_LIVE:
     NUMBERS.append("results/numbers/lablive.json")
     FIGURES["lab_live"] = "figures/lab_live.svg"
+    LAB_FIGURES["lab_live"] = "figures/lab_live.svg"
 EXTRA_TARGETS.extend(["paper/lab.md", "paper/lab.html", "results/tables/lab_ttft.csv"])
 
 
+# One process for the lab's records and what is drawn from them: numbers, tidy tables, the lab's
+# table and its figure (the table and the figure only split one computation).
 rule lab_numbers:
     message:
-        "Lab: per-request TTFT, metrics per pass, LMCache log and the simulator at the lab's sizes -> lab.* numbers"
+        "Lab: per-request TTFT, metrics per pass, LMCache log and the simulator at the lab's sizes -> lab.* numbers, "
+        "the lab's table and figure"
+    # off the longest chain (production -> counterfactual -> publish): fills the second core
+    priority: -10
     input:
         code=PACKAGE_CODE,
         run=f"{LAB_RUN}/run.yaml",
@@ -34,6 +42,8 @@ rule lab_numbers:
         requests="results/tidy/lab_requests.csv",
         passes="results/tidy/lab_passes.csv",
         cpu_sweep="results/tidy/lab_cpu_sweep.csv",
+        table=report("results/tables/lab_ttft.csv", caption="../report/lab_table.rst", category="The lab"),
+        svg=report("figures/lab_ttft.svg", caption="../report/lab_ttft.rst", category="The lab"),
     log:
         "logs/lab_numbers.log",
     benchmark:
@@ -44,46 +54,11 @@ rule lab_numbers:
         "../scripts/lab_numbers.py"
 
 
-rule lab_table:
-    message:
-        "Lab table: median and mean time to first token per setup and pass"
-    input:
-        code=PACKAGE_CODE,
-        numbers="results/numbers/lab.json",
-    output:
-        csv=report("results/tables/lab_ttft.csv", caption="../report/lab_table.rst", category="The lab"),
-    log:
-        "logs/lab_table.log",
-    benchmark:
-        "results/benchmarks/lab_table.tsv"
-    conda:
-        ANALYSIS_ENV
-    script:
-        "../scripts/lab_table.py"
-
-
-rule lab_figure:
-    message:
-        "Lab figure: time to first token per request by pass and setup, measured and predicted"
-    input:
-        code=PACKAGE_CODE,
-        requests="results/tidy/lab_requests.csv",
-        manifest=MANIFEST,
-    output:
-        svg=report("figures/lab_ttft.svg", caption="../report/lab_ttft.rst", category="The lab"),
-    log:
-        "logs/lab_figure.log",
-    benchmark:
-        "results/benchmarks/lab_figure.tsv"
-    conda:
-        ANALYSIS_ENV
-    script:
-        "../scripts/lab_figure.py"
-
-
 rule lab_live:
     message:
         "Lab measured on vLLM's CPU build: each request's tokens by source from the counters, beside the simulator's prediction"
+    # off the longest chain (production -> counterfactual -> publish): fills the second core
+    priority: -10
     input:
         code=PACKAGE_CODE,
         records=lambda wc: lab_wf.pinned_under(MANIFEST, LAB_LIVE),
@@ -102,35 +77,6 @@ rule lab_live:
         ANALYSIS_ENV
     script:
         "../scripts/lab_live.py"
-
-
-rule render_lab:
-    message:
-        "Render the lab from paper/templates/lab.md.j2 into paper/lab.md and paper/lab.html"
-    input:
-        code=PACKAGE_CODE,
-        lab_ttft="figures/lab_ttft.svg",
-        lab_live=["figures/lab_live.svg"] if LAB_LIVE else [],
-        numbers=numbers_files,
-        ledger="results/provenance.json",
-        manifest=MANIFEST,
-        template_files=template_files,
-    output:
-        md="paper/lab.md",
-        html="paper/lab.html",
-        prov="paper/lab.provenance.html",
-        used="results/rendered/lab.used.json",
-    params:
-        template="lab.md.j2",
-        title="KV caches that don't fit on the GPU: cyclic access, LRU and offloading to CPU",
-    log:
-        "logs/render_lab.log",
-    benchmark:
-        "results/benchmarks/render_lab.tsv"
-    conda:
-        ANALYSIS_ENV
-    script:
-        "../scripts/paper_render.py"
 
 
 rule lab_cyclic:

@@ -1,75 +1,42 @@
-# Numbers -> provenance ledger -> the rendered note (Markdown + self-contained HTML, PDF on
+# Numbers -> provenance ledger -> the rendered note and lab (Markdown + self-contained HTML, PDF on
 # request) -> the claims check. Domain rule files register their numbers and figures in
-# common.smk's NUMBERS / FIGURES; the input functions below read them lazily.
+# common.smk's NUMBERS / FIGURES / LAB_FIGURES; its input functions read them lazily.
 
 
-rule provenance:
+# One process for the ledger, both documents and the claims report: each step reads what the one
+# before built (the registry, the ledger, what each document printed), so they share it in memory.
+rule publish:
     message:
-        "Provenance ledger: every number -> rule, script, raw inputs with sha256, commit"
+        "Provenance ledger, the note and the lab rendered from paper/templates, and the claims check of what they print"
     input:
+        unpack(document_figures),
         code=PACKAGE_CODE,
         numbers=numbers_files,
-        manifest=MANIFEST,
-    output:
-        ledger="results/provenance.json",
-    log:
-        "logs/provenance.log",
-    benchmark:
-        "results/benchmarks/provenance.tsv"
-    conda:
-        ANALYSIS_ENV
-    script:
-        "../scripts/paper_provenance.py"
-
-
-rule render_note:
-    message:
-        "Render the note from paper/templates into paper/note.md and paper/note.html"
-    input:
-        unpack(figure_files),
-        code=PACKAGE_CODE,
-        numbers=numbers_files,
-        ledger="results/provenance.json",
         manifest=MANIFEST,
         template_files=template_files,
-    output:
-        md="paper/note.md",
-        html="paper/note.html",
-        prov="paper/note.provenance.html",
-        used="results/rendered/note.used.json",
-    params:
-        template="note.md.j2",
-        title="A Host-RAM Tier for the KV Cache",
-    log:
-        "logs/render_note.log",
-    benchmark:
-        "results/benchmarks/render_note.tsv"
-    conda:
-        ANALYSIS_ENV
-    script:
-        "../scripts/paper_render.py"
-
-
-rule claims_report:
-    message:
-        "Check every published number against the recomputed registry"
-    input:
-        code=PACKAGE_CODE,
-        numbers=numbers_files,
         claims=config["claims"],
-        note_printed="results/rendered/note.used.json",
-        lab_printed="results/rendered/lab.used.json",
     output:
-        md=report("results/claims.md", caption="../report/claims.rst", category="Claims"),
-        csv="results/claims.csv",
+        ledger="results/provenance.json",
+        note_md="paper/note.md",
+        note_html="paper/note.html",
+        note_prov="paper/note.provenance.html",
+        note_used="results/rendered/note.used.json",
+        lab_md="paper/lab.md",
+        lab_html="paper/lab.html",
+        lab_prov="paper/lab.provenance.html",
+        lab_used="results/rendered/lab.used.json",
+        claims_md=report("results/claims.md", caption="../report/claims.rst", category="Claims"),
+        claims_csv="results/claims.csv",
+    params:
+        documents=documents,
     log:
-        "logs/claims_report.log",
+        "logs/publish.log",
     benchmark:
-        "results/benchmarks/claims_report.tsv"
+        "results/benchmarks/publish.tsv"
     conda:
         ANALYSIS_ENV
     script:
-        "../scripts/paper_claims.py"
+        "../scripts/paper_publish.py"
 
 
 rule claims:

@@ -1,5 +1,8 @@
-"""Rule eviction_numbers: pinned eviction-test records -> evict.* numbers, tidy tables, Table 1."""
+"""Rule eviction_numbers: pinned eviction-test records -> evict.* numbers, tidy tables, Table 1
+and Figure 1a (drawn from Table 1 as written)."""
 from pathlib import Path
+
+import pandas as pd
 
 from kvtier.eviction import analysis
 from kvtier.eviction.records import find_runs
@@ -22,3 +25,5 @@ for path, frame in ((smk.output.requests, requests), (smk.output.runs, runs), (s
 atomic_write_text(smk.output.table_md, analysis.table1_markdown(table))
 writer.write(smk.output.numbers)
 log.info("wrote %d numbers; Table 1 from runs %s", len(writer.numbers), ", ".join(table.run))
+analysis.figure_1a(pd.read_csv(smk.output.table_csv), smk.output.svg)
+log.info("wrote %s", smk.output.svg)

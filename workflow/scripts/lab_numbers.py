@@ -1,8 +1,15 @@
-"""Rule lab_numbers: the lab's records -> results/numbers/lab.json and its tidy tables."""
+"""Rule lab_numbers: the lab's records -> results/numbers/lab.json, its tidy tables, the lab's
+table (results/tables/lab_ttft.csv) and figure (figures/lab_ttft.svg)."""
 from pathlib import Path
 
+import pandas as pd
+
 from kvtier.lab.analysis import LabInputs, analyse
-from kvtier.provenance import write_sidecar
+from kvtier.lab.figure import ttft_figure
+from kvtier.lab.table import lab_table
+from kvtier.manifest import read_manifest
+from kvtier.numbers import load_registry
+from kvtier.provenance import raw_sources, write_sidecar
 from kvtier.snake import begin, numbers_writer
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
@@ -20,3 +27,15 @@ for frame, out in ((tables.requests, smk.output.requests), (tables.passes, smk.o
     write_sidecar(out, smk.rule, raw)
 writer.write(smk.output.numbers)
 log.info("wrote %d numbers", len(writer.numbers))
+
+# the lab's table: registry numbers, as the numbers file holds them
+lab_table(load_registry([smk.output.numbers])).to_csv(smk.output.table, index=False)
+write_sidecar(smk.output.table, smk.rule, [smk.output.numbers])
+log.info("wrote %s", smk.output.table)
+
+# the figure from the per-request table; the bars are "measured" only when the records behind them were
+entries = read_manifest(smk.input.manifest)
+classes = {entries[p].klass for p in raw_sources(smk.output.requests) if p in entries and p.endswith("requests.csv")}
+label = "measured" if classes == {"measured"} else f"{'/'.join(sorted(classes)) or 'unlisted'} records"
+ttft_figure(pd.read_csv(smk.output.requests), smk.output.svg, bar_label=label)
+log.info("wrote %s (bars: %s)", smk.output.svg, label)

@@ -9,7 +9,7 @@ excluded, as the note excludes one) and its restore found the prefix outside GPU
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import pandas as pd
@@ -49,13 +49,14 @@ def offload_block_bytes(run: Run) -> int | None:
     return from_log or recorded.get("model")
 
 
-def _logprob_check(run: Run, rec: dict[str, Any], cycle: int, computed: float) -> dict[str, Any]:
+def _logprob_check(run: Run, rec: dict[str, Any], cycle: int, computed: float,
+                   read: Callable[[Path], Snapshot] = Snapshot.read) -> dict[str, Any]:
     """The restored request's logprobs against its cycle's hit, recomputed from the raw records."""
     hit = [r for r in run.final("hit", 0, cycle) if r["status"] == "ok"]
     if not hit or rec.get("logprobs") is None or hit[-1].get("logprobs") is None:
         return {}
     h = hit[-1]
-    hit_delta = request_delta(Snapshot.read(run.dir / h["metrics_before"]), Snapshot.read(run.dir / h["metrics_after"]))
+    hit_delta = request_delta(read(run.dir / h["metrics_before"]), read(run.dir / h["metrics_after"]))
     tol = float(run.meta["plan"].get("logprob_tolerance", 0.05))
     return lp_mod.verdict(lp_mod.compare(rec["logprobs"], h["logprobs"]), hit_delta["computed_tokens"] == computed, tol)
 
@@ -69,6 +70,13 @@ def measured_rows(run: Run) -> list[dict[str, Any]]:
     per_block = offload_block_bytes(run)
     tol = float(run.meta["plan"].get("gpu_hit_tolerance", 0.1))
     rounds = int(run.meta["plan"]["rounds"])
+    parsed: dict[Path, Snapshot] = {}
+
+    def read(path: Path) -> Snapshot:  # each snapshot parsed once (a cycle's hit is read again by its restores)
+        if path not in parsed:
+            parsed[path] = Snapshot.read(path)
+        return parsed[path]
+
     for cycle in range(1, run.cycles + 1):
         conv = run.conversation(cycle)
         codes, prompt = conv["codes"], int(conv["prompt_tokens"])
@@ -77,12 +85,12 @@ def measured_rows(run: Run) -> list[dict[str, Any]]:
                 for rec in run.final(phase, round_, cycle):
                     if rec["status"] != "ok":
                         continue
-                    before = Snapshot.read(run.dir / rec["metrics_before"])
-                    after = Snapshot.read(run.dir / rec["metrics_after"])
+                    before = read(run.dir / rec["metrics_before"])
+                    after = read(run.dir / rec["metrics_after"])
                     c = restore_checks(before, after, prompt, block, tol, per_block)
                     c.update(exact_blocks(c))
                     t, src = ttft(rec)
-                    lp = _logprob_check(run, rec, cycle, c["computed_tokens"]) if phase == "restore" else {}
+                    lp = _logprob_check(run, rec, cycle, c["computed_tokens"], read) if phase == "restore" else {}
                     rows.append({
                         "setup": run.setup, "run": run.name, "provenance": run.meta["provenance"], "tier": run.meta["server"]["tier"],
                         "cycle": cycle, "phase": phase, "round": round_,

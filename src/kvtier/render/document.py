@@ -161,3 +161,36 @@ def render_from_snakemake(smk: Any, templates: str = "paper/templates", page_tem
     )
     atomic_write_text(smk.output.used, json.dumps(used, indent=1, sort_keys=True) + "\n")
     return used
+
+
+def publish_from_snakemake(smk: Any, templates: str = "paper/templates", page_template: str = "page.html.j2") -> dict[str, dict[str, list[str]]]:
+    """The publish rule's body, one process for what only splits one computation: the
+    provenance ledger of the registry, each document of `params.documents` rendered from it
+    (Markdown, HTML, provenance page, printed keys), then the claims report on what they printed.
+    The registry and the ledger are built once and read from memory, not from disk again.
+
+    `params.documents`: name -> {template, title, figures (names of figure inputs)}; the
+    outputs are `<name>_md`, `<name>_html`, `<name>_prov`, `<name>_used`, `ledger`, `claims_md`,
+    `claims_csv`. A template with a typed number stops the rule before anything is written."""
+    from ..claims import load_claims, write_report_tables
+    from ..provenance import build_ledger, write_ledger
+
+    refuse_literals(templates)
+    registry = load_registry(smk.input.numbers)
+    ledger = build_ledger(registry, smk.input.manifest)
+    write_ledger(ledger, smk.output.ledger)
+    entries = read_manifest(smk.input.manifest)
+    stamp = build_stamp(ledger["commit"], ledger["dirty"], version("snakemake"))
+    inputs = dict(smk.input.items())
+    printed: dict[str, dict[str, list[str]]] = {}
+    for name, doc in smk.params.documents.items():
+        figures = {k: str(inputs[k]) for k in doc["figures"]}
+        used = render_document(
+            templates=templates, template=doc["template"], page_template=page_template, registry=registry,
+            ledger=ledger, entries=entries, figures=figures, stamp=stamp, out_md=smk.output[f"{name}_md"],
+            out_html=smk.output[f"{name}_html"], title=doc["title"], out_prov=smk.output[f"{name}_prov"],
+        )
+        atomic_write_text(smk.output[f"{name}_used"], json.dumps(used, indent=1, sort_keys=True) + "\n")
+        printed[name] = used
+    write_report_tables(load_claims(smk.input.claims), registry, printed, smk.output.claims_md, smk.output.claims_csv)
+    return printed

@@ -30,14 +30,17 @@ from . import formats
 _MD_ACTIVE = {"\\": "&#92;", "`": "&#96;", "*": "&#42;", "[": "&#91;", "]": "&#93;", "|": "&#124;", "!": "&#33;"}
 
 
+# HTML's special characters (html.escape's, the apostrophe left as it is) and Markdown's, in one
+# table: no replacement introduces a character another one replaces, so one pass is the same as
+# escaping for HTML first and for Markdown after.
+_INERT = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", **_MD_ACTIVE})
+
+
 def escape_untrusted(value: Any) -> Markup:
     """A value from records or config, made inert for both HTML and Markdown."""
     if isinstance(value, Markup) or hasattr(value, "__html__"):
         return Markup(value)
-    text = html.escape(str(value), quote=True).replace("&#x27;", "'")
-    for ch, ref in _MD_ACTIVE.items():
-        text = text.replace(ch, ref)
-    return Markup(text)
+    return Markup(str(value).translate(_INERT))
 
 
 def breakable(text: Any) -> Markup:
@@ -54,12 +57,35 @@ FILTERS: dict[str, Callable[..., str]] = {
 }
 
 
+class _CompiledTemplates(jinja2.BytecodeCache):
+    """Templates compiled once per process, whichever Renderer asks first: every Renderer has an
+    Environment of the same settings (only its globals and filters differ, which compiled code
+    looks up when it runs), and one publish run renders each document in both modes. Jinja
+    checks each template's source checksum before reusing its code."""
+
+    def __init__(self) -> None:
+        self._code: dict[str, bytes] = {}
+
+    def load_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        if bucket.key in self._code:
+            bucket.bytecode_from_string(self._code[bucket.key])
+
+    def dump_bytecode(self, bucket: jinja2.bccache.Bucket) -> None:
+        self._code[bucket.key] = bucket.bytecode_to_string()
+
+
+_COMPILED = _CompiledTemplates()
+
+
 class Namespace:
     """`n.prod.restores.count` -> Number; an unknown key raises, so Jinja reports it."""
 
-    def __init__(self, registry: dict[str, Number], prefix: str = ""):
+    def __init__(self, registry: dict[str, Number], prefix: str = "", groups: frozenset[str] | None = None):
         self._registry = registry
         self._prefix = prefix
+        # every key's proper dotted prefixes ('prod', 'prod.restores'), found once per registry
+        self._groups = groups if groups is not None else frozenset(
+            k[:i] for k in registry for i, ch in enumerate(k) if ch == ".")
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -67,8 +93,8 @@ class Namespace:
         key = self._prefix + name
         if key in self._registry:
             return self._registry[key]
-        if any(k.startswith(key + ".") for k in self._registry):
-            return Namespace(self._registry, key + ".")
+        if key in self._groups:
+            return Namespace(self._registry, key + ".", self._groups)
         return jinja2.StrictUndefined(hint=f"no number {key!r} in the registry (has its analysis run?)", name=key)
 
     __getitem__ = __getattr__
@@ -92,6 +118,7 @@ class Renderer:
         self.used: dict[str, list[str]] = {}
         self.env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(str(templates)),
+            bytecode_cache=_COMPILED,
             undefined=jinja2.StrictUndefined,
             autoescape=True,
             finalize=escape_untrusted,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -15,8 +15,15 @@ from ..sim.requests import Request
 class LazyRequests(Sequence):
     """Requests held as arrays (a Flat and labels); Request objects are made only when read."""
 
-    def __init__(self, flat: Flat, labels: np.ndarray):
-        self.flat, self.labels = flat, labels
+    def __init__(self, flat: Flat, labels: np.ndarray | Callable[[], np.ndarray]):
+        """`labels`: one per request, or a function that makes them when first read."""
+        self.flat, self._labels = flat, labels
+
+    @property
+    def labels(self) -> np.ndarray:
+        if callable(self._labels):
+            self._labels = self._labels()
+        return self._labels
 
     def __len__(self) -> int:
         return len(self.flat)

@@ -15,7 +15,9 @@ the observed one. Everything is seeded.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 
 import numpy as np
 
@@ -65,33 +67,52 @@ class _Draws:
     u_turns: np.ndarray
     z_growth: np.ndarray
     z_output: np.ndarray
+    # functions of the dice and of parameters the fit never moves, computed once per draw
+    # (a Nelder-Mead fit evaluates the prompts some 150 times on one draw)
+    _fixed: dict = field(default_factory=dict, repr=False, compare=False)
+
+    def fixed(self, key: tuple, make: Callable[[], np.ndarray]) -> np.ndarray:
+        if key not in self._fixed:
+            self._fixed[key] = make()
+        return self._fixed[key]
 
 
 def _draws(rng: np.random.Generator, sessions: int, max_turns: int) -> _Draws:
     """Stratified draws for the per-session quantities (first prompt, session length): evenly
     spaced quantiles in random order, so a few thousand sessions already match their distribution
     and the fit is not chasing sampling noise in a heavy tail."""
-    from scipy import stats  # here, not at import: the rules that only replay never load scipy
+    from scipy.special import ndtri  # the normal quantile (what scipy.stats.norm.ppf computes), without scipy.stats
 
     strata = (np.arange(sessions) + 0.5) / sessions
-    return _Draws(stats.norm.ppf(rng.permutation(strata)), rng.permutation(strata),
+    return _Draws(ndtri(rng.permutation(strata)), rng.permutation(strata),
                   rng.standard_normal((sessions, max_turns)), rng.standard_normal((sessions, max_turns)))
 
 
-def _prompts(p: AgenticParams, d: _Draws, t: Targets) -> tuple[np.ndarray, np.ndarray]:
-    """Per-session prompt sizes (sessions x turns, NaN after a session ends) and answer lengths."""
+def _prompts(p: AgenticParams, d: _Draws, t: Targets, trim: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Per-session prompt sizes (sessions x turns, NaN after a session ends) and answer lengths.
+    `trim`: drop the trailing turns no session reaches (the fit's moments read only live turns,
+    so they are the same; `draw` keeps the full shape, which its later dice depend on)."""
     sessions, max_turns = d.z_growth.shape
     q = 1.0 / max(p.turns_mean, 1.0)
-    turns = 1 + np.floor(np.log(d.u_turns) / np.log1p(-q)) if q < 1 else np.ones(sessions)
+    if q < 1:
+        turns = 1 + np.floor(d.fixed(("log_u",), lambda: np.log(d.u_turns)) / np.log1p(-q))
+    else:
+        turns = np.ones(sessions)
     turns = np.minimum(turns, max_turns)
+    cols = int(max(turns.max(), 1)) if trim else max_turns
     first = p.system_tokens + p.first_prompt_median * np.exp(p.first_prompt_sigma * d.z_first)
-    out = t.mean_output * np.exp(0.8 * d.z_output - 0.32)  # log-normal with the observed mean
-    growth = p.growth_median * np.exp(p.growth_sigma * d.z_growth)
-    steps = np.concatenate([first[:, None], (growth + out)[:, :-1]], axis=1)
-    prompts = np.cumsum(steps, axis=1)
-    alive = (np.arange(max_turns)[None, :] < turns[:, None]) & (prompts + out <= t.max_model_len)
-    alive = np.cumprod(alive, axis=1).astype(bool)  # a session ends at its first overflow
-    return np.where(alive, prompts, np.nan), out
+    # log-normal with the observed mean
+    out = d.fixed(("out", t.mean_output), lambda: t.mean_output * np.exp(0.8 * d.z_output - 0.32))[:, :cols]
+    unit_growth = d.fixed(("growth", p.growth_sigma), lambda: np.exp(p.growth_sigma * d.z_growth[:, :-1]))
+    prompts = np.empty((sessions, cols))
+    prompts[:, 0] = first
+    np.multiply(p.growth_median, unit_growth[:, :cols - 1], out=prompts[:, 1:])
+    prompts[:, 1:] += out[:, :-1]
+    np.cumsum(prompts, axis=1, out=prompts)
+    alive = (np.arange(cols)[None, :] < turns[:, None]) & (prompts + out <= t.max_model_len)
+    alive = np.logical_and.accumulate(alive, axis=1)  # a session ends at its first overflow
+    prompts[~alive] = np.nan
+    return prompts, out
 
 
 def reusable_share(prompts: np.ndarray, out: np.ndarray, system_tokens: int) -> float:
@@ -105,10 +126,17 @@ def reusable_share(prompts: np.ndarray, out: np.ndarray, system_tokens: int) -> 
 
 def _moments(p: AgenticParams, d: _Draws, t: Targets) -> np.ndarray:
     """Relative error of the mean prompt, errors of the two shares, and the reusable share."""
-    pr, out = _prompts(p, d, t)
+    pr, out = _prompts(p, d, t, trim=True)
     x = pr[~np.isnan(pr)]
     return np.array([x.mean() / t.mean_prompt - 1, (x > t.low_edge).mean() - t.share_above_200k,
                      (x > t.high_edge).mean() - t.share_above_500k, reusable_share(pr, out, p.system_tokens)])
+
+
+@lru_cache(maxsize=4)
+def _fit_draws(seed: int, sessions: int) -> _Draws:
+    """The dice of `fit_prompts`, drawn once per seed: a joint fit refits the prompts for several
+    reusable shares on the same draws (read-only; what is derived from them is cached on them)."""
+    return _draws(np.random.default_rng(seed), sessions, 100)
 
 
 def fit_prompts(t: Targets, reusable: float, base: AgenticParams | None = None, seed: int = 0,
@@ -119,7 +147,7 @@ def fit_prompts(t: Targets, reusable: float, base: AgenticParams | None = None, 
     from scipy import optimize
 
     base = base or AgenticParams()
-    d = _draws(np.random.default_rng(seed), sessions, 100)
+    d = _fit_draws(seed, sessions)
 
     def params(x: np.ndarray) -> AgenticParams:
         return replace(base, first_prompt_median=float(np.exp(x[0])), first_prompt_sigma=float(np.exp(x[1])),
@@ -245,7 +273,9 @@ def assemble(d: Draw, think_median_s: float, block_tokens: int) -> Workload:
     kv = tokens + np.maximum(outs - 1, 0)  # the last sampled token is never fed back
     flat = Flat(ids, offsets, tokens, np.minimum(n, (tokens - 1) // B), (kv % B != 0).astype(np.int64),
                 np.maximum(kv // B - n, 0), int(S + own.sum()))
-    labels = np.char.add(np.char.add("s", s.astype(str)), np.char.add("t", k.astype(str)))
+    def labels() -> np.ndarray:  # made when first read (saving the workload), never in a calibration step
+        return np.char.add(np.char.add("s", s.astype(str)), np.char.add("t", k.astype(str)))
+
     return Workload("synthetic-agentic", block_tokens, arrival[s, k], LazyRequests(flat, labels), outs)
 
 
