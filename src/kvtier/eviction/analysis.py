@@ -366,6 +366,4 @@ def figure_1a(t: pd.DataFrame, out: str | Path) -> None:
     ax.legend(fontsize=7, frameon=False, loc="upper right")
     ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
     save_svg(fig, out, "fig1a")
-    plt.close(fig)

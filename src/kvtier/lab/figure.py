@@ -47,6 +47,4 @@ def ttft_figure(table: pd.DataFrame, out: str | Path, bar_label: str = "measured
     handles, names = axes[0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=2, fontsize=9, frameon=False)
     fig.tight_layout(rect=(0, 0.05, 1, 1))
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
     save_svg(fig, out, "lab_ttft")
-    plt.close(fig)

@@ -9,7 +9,6 @@ GPU + CPU tokens; the two must agree request by request.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +17,7 @@ import yaml
 
 from ..errors import RawRecordError
 from ..serving.metrics import Snapshot
+from ..offload_worker import worker_facts
 from ..sim import TieredCache
 from .experiments import requests_from_rows
 from .records import read_requests
@@ -56,9 +56,6 @@ def request_sources(run_dir: str | Path) -> pd.DataFrame:
     return out
 
 
-HOST_CHUNKS = re.compile(r"kvtier_cpu_offload: .*blocks_per_chunk=(\d+) host_chunks=(\d+)")
-
-
 def server_shape(setup_dir: Path) -> dict[str, int | None]:
     """What the simulator needs, read from the server itself: its KV cache and block size (the
     first /metrics snapshot's cache_config_info) and its pool (the offload worker's startup line)."""
@@ -68,14 +65,18 @@ def server_shape(setup_dir: Path) -> dict[str, int | None]:
 def shape_of(metrics: Path, server_log: Path) -> dict[str, int | None]:
     """server_shape from a /metrics snapshot (cache_config_info) and the server log (the offload
     worker's startup line; no line: no pool, cpu_chunks and chunk_blocks None)."""
+    return shape_from(metrics, worker_facts(Path(server_log).read_text(encoding="utf-8", errors="replace")))
+
+
+def shape_from(metrics: Path, worker: dict[str, int] | None) -> dict[str, int | None]:
+    """shape_of, given the worker's startup line already read (kvtier.offload_worker)."""
     info = Snapshot.read(metrics).labels_of("vllm:cache_config_info")
     try:
         block, blocks = int(info["block_size"]), int(info["num_gpu_blocks"])
     except (KeyError, ValueError):
         raise RawRecordError(metrics, "cache_config_info lacks block_size / num_gpu_blocks") from None
-    m = HOST_CHUNKS.search(Path(server_log).read_text(encoding="utf-8", errors="replace"))
-    return {"block_tokens": block, "kv_blocks": blocks, "chunk_blocks": int(m.group(1)) if m else None,
-            "cpu_chunks": int(m.group(2)) if m else None}
+    return {"block_tokens": block, "kv_blocks": blocks, "chunk_blocks": (worker or {}).get("blocks_per_chunk"),
+            "cpu_chunks": (worker or {}).get("host_chunks")}
 
 
 def predict(run_dir: str | Path, measured: pd.DataFrame, null_blocks: int = 1) -> pd.DataFrame:
@@ -186,6 +187,4 @@ def figure(table: pd.DataFrame, out: str | Path) -> None:
     handles, names = axes[0].get_legend_handles_labels()
     fig.legend(handles, names, loc="lower center", ncol=5, fontsize=7, frameon=False)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
     save_svg(fig, out, "lab_live")
-    plt.close(fig)

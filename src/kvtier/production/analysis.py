@@ -84,6 +84,8 @@ def pool_geometry(snap: Snapshot, log: Log) -> PoolGeometry:
             raise RawRecordError(log.path, "the offload worker's startup line gives the pool in blocks, but the startup "
                                            "args name no connector block_size (kv_connector_extra_config)",
                                  line=int(worker["line"]))
+        if "host_chunks" not in worker:
+            raise RawRecordError(log.path, "the offload worker's startup line gives no host_chunks", line=int(worker["line"]))
         block_tokens, per_block, chunks = int(conf["block_size"]), int(worker["bytes_per_offloaded_block"]), int(worker["host_chunks"])
         size = per_block * chunks
     else:

@@ -42,9 +42,7 @@ def derive(requests: pd.DataFrame, runs: pd.DataFrame, setup: str, override: int
     """The offset from the restores of `setup`'s valid eviction runs, or the config's override."""
     # a run measures the offload path if it completed, its cold reads were cold and its restores
     # evicted; whether the model read the codes back (Table 1's test of the model) does not matter
-    ok = runs["valid"].astype(bool)
-    if {"complete", "evicted", "cold_verified"} <= set(runs.columns):
-        ok = runs["complete"].astype(bool) & runs["evicted"].astype(bool) & runs["cold_verified"].astype(bool)
+    ok = runs["complete"].astype(bool) & runs["evicted"].astype(bool) & runs["cold_verified"].astype(bool)
     valid = set(runs.loc[(runs["setup"].astype(str) == setup) & ok, "run"])
     rows = requests[(requests["setup"].astype(str) == setup) & requests["run"].isin(valid) & (requests["phase"] == "restore")]
     rows = rows.dropna(subset=["blocks_moved_exact", "blocks_served_exact"])
@@ -81,5 +79,5 @@ def from_records(run_dirs: list[Path], run_schema: Path, request_schema: Path, s
         requests, runs = load(run_dirs, run_schema, request_schema)
     else:
         requests = pd.DataFrame(columns=["setup", "run", "phase", "round", "blocks_moved_exact", "blocks_served_exact"])
-        runs = pd.DataFrame(columns=["setup", "run", "valid"])
+        runs = pd.DataFrame(columns=["setup", "run", "complete", "evicted", "cold_verified"])
     return derive(requests, runs, setup, override, f"raw/eviction/{setup}")

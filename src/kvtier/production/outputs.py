@@ -112,6 +112,4 @@ def figure_1b(bins: pd.DataFrame, out: str | Path, figure_id: str = "fig1b") -> 
                   if modelled else "tokens served by the restore", fontsize=8)
     ax.spines[["top", "right"]].set_visible(False)
     fig.tight_layout()
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
     save_svg(fig, out, figure_id)
-    plt.close(fig)

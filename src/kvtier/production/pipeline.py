@@ -39,7 +39,9 @@ class Records:
     start: datetime
     end: datetime
     repairs: list[contract.Repair]
-    host_path: str = ""
+    host_path: str
+    geometry: A.PoolGeometry  # the pool as the records give it, derived once at ingest
+    interval_s: float         # the report interval (host.yaml; vLLM's default otherwise)
 
 
 def ingest(metrics: str | Path, log: str | Path, host: str | Path, settings: dict[str, Any]) -> Records:
@@ -57,13 +59,13 @@ def ingest(metrics: str | Path, log: str | Path, host: str | Path, settings: dic
     server = summarize_server_log(log, year, interval, limits=contract.counter_limits(snap))
     contract.check_runs(server, snap)
     contract.check_engines(server, snap)
-    check_plausible(snap, A.pool_geometry(snap, server), float(settings["min_transfer_bytes_per_s"]),
-                    float(settings["link_max_bytes_per_s"]))
+    geo = A.pool_geometry(snap, server)
+    check_plausible(snap, geo, float(settings["min_transfer_bytes_per_s"]), float(settings["link_max_bytes_per_s"]))
     first, last = server.first_time, server.last_time
     if first < pd.Timestamp(start.replace(tzinfo=None)) - pd.Timedelta(minutes=5) or last > pd.Timestamp(end.replace(tzinfo=None)):
         raise RawRecordError(log, f"reports run from {first} to {last}, outside the observation period {start}..{end} "
                                   "(wrong log, or wrong observation.log_year)")
-    return Records(snap, server, meta, start, end, server.repairs, str(host))
+    return Records(snap, server, meta, start, end, server.repairs, str(host), geo, interval)
 
 
 def host_facts(meta: dict[str, Any], path: str) -> list[tuple[str, float, str]]:
@@ -112,7 +114,7 @@ def analyse(rec: Records, coldreads: str | Path | None, settings: dict[str, Any]
         for k, v in capture_facts(capture[0], capture[1], snap).items():
             w.add(f"{P}.capture.{k}", v, {"scale": "x", "compress": "x", "max_duration": "s", "cached_tokens": "tokens"}.get(k, "count"))
     facts = A.server_facts(log)
-    geo = A.pool_geometry(snap, log)
+    geo = rec.geometry
     w.reading(L)
     w.add(f"{P}.context_tokens", facts["context_tokens"], "tokens")
     w.add(f"{P}.gpu_pool.tokens", facts["gpu_pool_tokens"], "tokens")
@@ -283,6 +285,5 @@ def analyse(rec: Records, coldreads: str | Path | None, settings: dict[str, Any]
         w.add(f"{P}.shm.capacity", hd["shm_capacity"], "B")
         w.add(f"{P}.shm.early_pool", hd["early_pool"], "B")
 
-    interval = float(rec.host.get("server", {}).get("stats_interval_s", 10.0))  # vLLM's default
     return {"restores": restores, "repairs": contract.repairs_frame(rec.repairs),
-            "hours": A.hourly_traffic(log, rec.start, rec.end, interval), **tables}
+            "hours": A.hourly_traffic(log, rec.start, rec.end, rec.interval_s), **tables}

@@ -23,7 +23,6 @@ holds only a few prompts, so most requests wait, and while they run nothing else
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
@@ -32,7 +31,8 @@ import pandas as pd
 import yaml
 
 from ..errors import RawRecordError, jsonl_records
-from ..lab.live import shape_of
+from ..lab.live import shape_from
+from ..offload_worker import worker_facts
 from ..replay import sent
 from ..sim import TieredCache
 from ..sim.requests import Request, prompt_request
@@ -41,7 +41,6 @@ from .analysis import token_sources
 from .promtext import Snapshot, read_prometheus
 
 GIB = 2**30
-BYTES_PER_CHUNK = re.compile(r"kvtier_cpu_offload: bytes_per_offloaded_block=(\d+)")
 SOURCES = ("gpu", "pool", "computed")
 MODELS = ("measured", "simulated", "sequential")  # counters; the replay as the server ran it; one at a time
 # client.jsonl: the fields a sweep reads from every line, and their types
@@ -140,7 +139,8 @@ def read_run(run_dir: str | Path) -> SweepRun:
         if not isinstance(meta, dict) or key not in meta:
             raise RawRecordError(run_dir / "run.yaml", f"no {key!r} entry (not a kvtier-replay run record)")
     reqs = read_client_log(run_dir / "client.jsonl").sort_values(["sent_s", "line"], kind="stable").reset_index(drop=True)
-    shape = shape_of(run_dir / "metrics_start.prom", run_dir / "server.log")
+    worker = worker_facts((run_dir / "server.log").read_text(encoding="utf-8", errors="replace"))
+    shape = shape_from(run_dir / "metrics_start.prom", worker)
     tier = meta["server"].get("tier")
     if (tier == "none") != (shape["cpu_chunks"] is None):
         raise RawRecordError(run_dir / "server.log", f"run.yaml says tier {tier!r}, but the offload worker's startup line is "
@@ -156,12 +156,9 @@ def read_run(run_dir: str | Path) -> SweepRun:
                                                       f"the KV cache and the pool, usage in client.jsonl {int(reqs.cached_tokens.sum())}")
     pre = end.value("vllm:num_preemptions_total") - (start.value("vllm:num_preemptions_total") if start.has("vllm:num_preemptions_total") else 0.0)
     stored = None
-    if shape["cpu_chunks"] is not None:
-        m = BYTES_PER_CHUNK.search((run_dir / "server.log").read_text(encoding="utf-8", errors="replace"))
-        if m is None:
-            raise RawRecordError(run_dir / "server.log", "the offload worker's startup line lacks bytes_per_offloaded_block")
+    if worker is not None:
         name = "vllm:kv_offload_store_bytes_total"
-        stored = (end.value(name) - (start.value(name) if start.has(name) else 0.0)) / int(m.group(1))
+        stored = (end.value(name) - (start.value(name) if start.has(name) else 0.0)) / worker["bytes_per_offloaded_block"]
     return SweepRun(run_dir, meta, reqs, shape, measured, pre, stored)
 
 
@@ -383,7 +380,5 @@ def figure(tidy_table: pd.DataFrame, out: str | Path) -> None:
              Line2D([], [], color="0.3", marker="o", linestyle="none", label="from the pool")]
     a.legend(handles=kinds, fontsize=8, frameon=False, loc="best")
     b.legend(fontsize=8, frameon=False, loc="lower right")
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
     save_svg(fig, out, "sweep_cpu")
-    plt.close(fig)
 

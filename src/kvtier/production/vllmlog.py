@@ -32,10 +32,9 @@ import numpy as np
 import pandas as pd
 
 from ..errors import RawRecordError
+from .. import offload_worker
 
-WORKER_MARKER = b"kvtier_cpu_offload: bytes_per_offloaded_block="  # kvtier's CPU offload worker, at startup
-WORKER_LINE = re.compile(r"kvtier_cpu_offload: bytes_per_offloaded_block=(\d+) bytes_per_device_block=(\d+) "
-                         r"blocks_per_chunk=(\d+) host_chunks=(\d+)")
+WORKER_MARKER = offload_worker.MARKER.encode()  # kvtier's CPU offload worker, at startup
 ANSI = re.compile(rb"\x1b\[[0-9;]*[A-Za-z]")
 NUM = r"-?\d+(?:\.\d+)?|nan|inf"  # %.1f of a float; nan/inf are parsed, then refused with their line
 STATS = re.compile(
@@ -172,11 +171,9 @@ def _facts(message: str, path: str, line: int) -> dict[str, Any]:
         if not isinstance(args, dict):
             raise RawRecordError(path, "non-default args is not a dict", line=line, record=message)
         return {"args": args}
-    m = WORKER_LINE.match(message)
-    if m:
-        per_block, per_device, per_chunk, chunks = (int(g) for g in m.groups())
-        return {"offload_worker": {"bytes_per_offloaded_block": per_block, "bytes_per_device_block": per_device,
-                                   "blocks_per_chunk": per_chunk, "host_chunks": chunks, "line": line}}
+    worker = offload_worker.worker_facts(message) if message.startswith(offload_worker.MARKER) else None
+    if worker:
+        return {"offload_worker": {**worker, "line": line}}
     m = re.match(r"([A-Z]+) KV cache size: ([\d,]+) tokens", message)
     if m:
         return {"kv_device": m.group(1), "kv_cache_tokens": int(m.group(2).replace(",", ""))}

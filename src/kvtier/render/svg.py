@@ -12,6 +12,9 @@ from matplotlib.figure import Figure  # noqa: E402
 
 
 def save_svg(fig: Figure, out: str | Path, name: str) -> None:
-    """matplotlib salts SVG ids randomly and stamps a date; fix both so reruns are byte-identical."""
+    """Write the figure (its folder made if needed) and close it. matplotlib salts SVG ids
+    randomly and stamps a date; both are fixed so reruns are byte-identical."""
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
     with plt.rc_context({"svg.hashsalt": f"kvtier-{name}"}):
         fig.savefig(out, format="svg", metadata={"Date": None})
+    plt.close(fig)

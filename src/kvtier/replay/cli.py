@@ -39,7 +39,7 @@ from ..serving.redact import scrub_file, secret_values
 from ..serving.server import PreflightError, ServerDied, VllmServer, preflight
 from .client import replay
 from . import sent
-from .schedule import Scaling, kv_cache_tester, mooncake
+from .schedule import Scaling, Turn, schedule_for
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,13 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def schedule(a: argparse.Namespace, s: Scaling):  # noqa: ANN201
-    kind, _, path = a.trace.partition(":")
-    if kind == "kv-cache-tester":
-        return kv_cache_tester(path, s, sessions=a.sessions, session_gap_s=a.session_gap)
-    if kind == "mooncake":
-        return mooncake(path, s, limit=a.limit)
-    raise SystemExit(f"error: --trace must start with kv-cache-tester: or mooncake:, not {a.trace!r}")
+def schedule(a: argparse.Namespace, s: Scaling) -> list[Turn]:
+    if a.trace.partition(":")[0] not in ("kv-cache-tester", "mooncake"):
+        raise SystemExit(f"error: --trace must start with kv-cache-tester: or mooncake:, not {a.trace!r}")
+    return schedule_for(a.trace, s, sessions=a.sessions, session_gap_s=a.session_gap, limit=a.limit)
 
 
 STATS_INTERVAL_S = 10  # vLLM's default report interval (--disable-log-stats off)

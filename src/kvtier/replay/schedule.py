@@ -98,3 +98,15 @@ def mooncake(path: str | Path, s: Scaling, *, limit: int | None = None) -> list[
                           max(1, min(s.max_tokens_cap, round(o * s.scale))), n))
     t0 = min((t.at_s for t in turns), default=0.0)
     return [Turn(t.session, t.index, t.at_s - t0, t.prompt, t.max_tokens, t.trace_tokens) for t in turns]
+
+
+def schedule_for(trace: str, s: Scaling, *, sessions: int | None = None, session_gap_s: float = 30.0,
+                 limit: int | None = None, where: str | Path = "--trace") -> list[Turn]:
+    """The schedule of a trace named as kvtier-replay names it: kv-cache-tester:PATH.tgz or
+    mooncake:PATH.jsonl (`where` names the setting in the error for anything else)."""
+    kind, _, path = trace.partition(":")
+    if kind == "kv-cache-tester":
+        return kv_cache_tester(path, s, sessions=int(sessions or 0), session_gap_s=session_gap_s)
+    if kind == "mooncake":
+        return mooncake(path, s, limit=limit)
+    raise ValueError(f"{where}: a trace is kv-cache-tester:PATH or mooncake:PATH, not {trace!r}")

@@ -15,28 +15,22 @@ schedule kvtier-replay sent — and checks every request's token count against t
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import numpy as np
 import yaml
 
-from ..errors import RawRecordError
+from ..errors import RawRecordError, jsonl_records
 from ..sim.requests import token_chain
-from .schedule import Scaling, Turn, kv_cache_tester, mooncake
+from .schedule import Scaling, Turn, schedule_for
 
 NAME = "sent_blocks.npz"
 
 
 def answered(client_log: Path) -> list[tuple[int, int, int, int]]:
     """(session, index, prompt tokens sent, line) of every answered request, in log order."""
-    out = []
-    for i, text in enumerate(client_log.read_text(encoding="utf-8").splitlines(), 1):
-        if text.strip():
-            r = json.loads(text)
-            if r.get("status") == "ok":
-                out.append((int(r["session"]), int(r["index"]), int(r["prompt_tokens_sent"]), i))
-    return out
+    return [(int(r["session"]), int(r["index"]), int(r["prompt_tokens_sent"]), i)
+            for i, _, r in jsonl_records(client_log) if r.get("status") == "ok"]
 
 
 def write(out_dir: str | Path, turns: list[Turn], block_tokens: int) -> Path:
@@ -96,12 +90,11 @@ def schedule_of(run_dir: Path) -> list[Turn]:
     sc = meta["scaling"]
     s = Scaling(scale=sc["scale"], compress=sc["compress"], vocab_size=sc["vocab_size"],
                 max_tokens_cap=sc["max_tokens_cap"], seed=sc["seed"])
-    kind, _, trace = str(meta["trace"]).partition(":")
-    if kind == "kv-cache-tester":
-        return kv_cache_tester(trace, s, sessions=int(meta["sessions"]), session_gap_s=float(sc["session_gap_s"]))
-    if kind == "mooncake":
-        return mooncake(trace, s, limit=meta.get("limit"))
-    raise RawRecordError(run_dir / "run.yaml", f"trace {meta['trace']!r}: not kv-cache-tester: or mooncake:")
+    try:
+        return schedule_for(str(meta["trace"]), s, sessions=meta.get("sessions"), session_gap_s=float(sc["session_gap_s"]),
+                            limit=meta.get("limit"), where="trace")
+    except ValueError as e:
+        raise RawRecordError(run_dir / "run.yaml", str(e)) from None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,6 +27,8 @@ from typing import IO
 
 import httpx
 
+from ..offload_worker import worker_facts_from_log
+
 GiB = 2**30
 TIERS = ("native", "lmcache", "none")
 PLATFORMS = ("cuda", "cpu")
@@ -196,7 +198,6 @@ def preflight(spec: ServerSpec, shm: str = "/dev/shm") -> list[str]:
 
 
 KV_CACHE_LINE = re.compile(r"(?:GPU|CPU|XPU) KV cache size: ([\d,]+) tokens")
-OFFLOAD_BLOCK_LINE = re.compile(r"kvtier_cpu_offload: bytes_per_offloaded_block=(\d+)")
 
 
 def _first_match(path: str | Path, pattern: re.Pattern[str]) -> int | None:
@@ -214,7 +215,8 @@ def kv_cache_tokens_from_log(path: str | Path) -> int | None:
 
 def offload_block_bytes_from_log(path: str | Path) -> int | None:
     """Bytes of one offloaded block as kvtier's CPU worker computed them from vLLM's own page sizes."""
-    return _first_match(path, OFFLOAD_BLOCK_LINE)
+    facts = worker_facts_from_log(path)
+    return facts["bytes_per_offloaded_block"] if facts else None
 
 
 class VllmServer:
