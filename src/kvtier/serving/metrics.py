@@ -2,12 +2,21 @@
 
 Parsing is prometheus_client's; this adds sums over label subsets and the name fallbacks
 between vLLM generations (flat offload names from 0.25, legacy `transfer_type` names before).
+
+An analysis reads a handful of series from each scrape, and a scrape is mostly histogram buckets
+it never reads, so a Snapshot parses lazily: on reading, every line is checked against the text
+format's line shapes (a scrape that is not Prometheus text is an error naming its first bad line,
+as before) and indexed by sample name; a series is parsed by prometheus_client, from its own lines,
+the first time it is asked for. tests/test_serving_metrics.py checks that every scrape in raw/ gives
+the samples a whole-text parse gives.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -30,42 +39,70 @@ class Sample:
     value: float
 
 
+# The shapes a line of the text format takes: blank, a comment (# HELP, # TYPE, or any other), or
+# a sample: name, optional {labels}, value (a float, Inf or NaN: parsed later), optional timestamp
+# (integer milliseconds). The name is group 1.
+_LINE = re.compile(r"[ \t]*|#.*|([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t]*(?:\{.*\})?[ \t]*[-+.0-9a-zA-Z]+(?:[ \t]+-?[0-9]+)?[ \t]*")
+
+
 class Snapshot:
     """All samples of one /metrics scrape; `value()` sums the samples matching a label subset."""
 
-    def __init__(self, samples: list[Sample], source: str = "<metrics>"):
-        self.samples = samples
+    def __init__(self, lines: list[str], index: dict[str, list[int]], source: str = "<metrics>"):
+        self._lines = lines    # the scrape's lines
+        self._index = index    # sample name -> numbers (0-based) of its lines
+        self._parsed: dict[str, list[Sample]] = {}
         self.source = source
-        self._names = {s.name for s in samples}
 
     @classmethod
     def parse(cls, text: str, source: str = "<metrics>") -> "Snapshot":
-        try:
-            samples = [Sample(s.name, dict(s.labels), float(s.value))
-                       for fam in text_string_to_metric_families(text) for s in fam.samples]
-        except ValueError as e:
-            line = _bad_line(text)
-            raise RawRecordError(source, f"not Prometheus text ({e})", line=line[0], record=line[1]) from None
-        return cls(samples, source)
+        """Check every line's shape and index the samples by name; no value is parsed yet."""
+        lines = text.splitlines()
+        index: dict[str, list[int]] = {}
+        for i, line in enumerate(lines):
+            m = _LINE.fullmatch(line)
+            if m is None:
+                raise RawRecordError(source, "not Prometheus text (not a sample, a comment or blank)", line=i + 1,
+                                     record=line)
+            if m.group(1):
+                index.setdefault(m.group(1), []).append(i)
+        return cls(lines, index, source)
 
     @classmethod
     def read(cls, path: str | Path) -> "Snapshot":
         return cls.parse(Path(path).read_text(encoding="utf-8"), str(path))
 
+    def _samples(self, name: str) -> list[Sample]:
+        """The samples named `name`, parsed by prometheus_client from their own lines (once)."""
+        if name not in self._parsed:
+            rows = self._index.get(name, [])
+            text = "".join(self._lines[i] + "\n" for i in rows)
+            try:
+                found = [Sample(s.name, dict(s.labels), float(s.value))
+                         for fam in text_string_to_metric_families(text) for s in fam.samples]
+            except ValueError as e:
+                line = _bad_line(self._lines[i] for i in rows)
+                where = rows[line[0] - 1] + 1 if line[0] is not None else None
+                raise RawRecordError(self.source, f"not Prometheus text ({e})", line=where, record=line[1]) from None
+            self._parsed[name] = found
+        return self._parsed[name]
+
+    @property
+    def names(self) -> set[str]:
+        """Every sample name of the scrape."""
+        return set(self._index)
+
     def has(self, name: str) -> bool:
-        return name in self._names
+        return name in self._index
 
     def value(self, name: str, **labels: str) -> float:
         """Sum over samples of `name` whose labels include `labels`; 0 if the series is absent."""
-        return sum(s.value for s in self.samples
-                   if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+        return sum(s.value for s in self._samples(name) if all(s.labels.get(k) == v for k, v in labels.items()))
 
     def labels_of(self, name: str) -> dict[str, str]:
         """Labels of the first sample of an info-style gauge (cache_config_info, ...)."""
-        for s in self.samples:
-            if s.name == name:
-                return s.labels
-        return {}
+        found = self._samples(name)
+        return found[0].labels if found else {}
 
     def first(self, *candidates: str | tuple[str, dict[str, str]]) -> float | None:
         """Value of the first candidate series present (name, or (name, labels))."""
@@ -77,7 +114,7 @@ class Snapshot:
 
     def server_instance(self) -> str:
         """Identity of the server process: counters' `_created` stamps are set at its start."""
-        created = [s.value for s in self.samples if s.name.endswith("_created")]
+        created = [s.value for name in self._index if name.endswith("_created") for s in self._samples(name)]
         return f"{min(created):.3f}" if created else "unknown"
 
     def tokens_by_source(self) -> dict[str, float]:
@@ -122,9 +159,9 @@ class Snapshot:
         return int(info["cpu_kv_cache_size_bytes"]) if "cpu_kv_cache_size_bytes" in info else None
 
 
-def _bad_line(text: str) -> tuple[int | None, str | None]:
-    """Locate the first line prometheus_client rejects, for the error message."""
-    for i, line in enumerate(text.splitlines(), 1):
+def _bad_line(lines: Iterable[str]) -> tuple[int | None, str | None]:
+    """Locate (1-based) the first of `lines` prometheus_client rejects, for the error message."""
+    for i, line in enumerate(lines, 1):
         if not line.strip() or line.startswith("#"):
             continue
         try:
