@@ -101,3 +101,20 @@ def optional_input(value: Any) -> list[str]:
     if isinstance(value, str):
         return [value] if value else []
     return [str(v) for v in value]
+
+
+def end_scheduler_timers() -> int:
+    """Cancel the re-evaluation timers Snakemake's scheduler leaves armed; returns how many.
+
+    After each scheduling round Snakemake 9 arms a `threading.Timer` of one job-rate timespan
+    (`--max-jobs-per-timespan`, one second by default) that wakes the scheduler again. Timers are
+    not daemon threads, so once the last job is done the interpreter still waits for the last one
+    before it exits: up to a second on every run. Called from the Snakefile's onsuccess/onerror
+    hooks, when the scheduler has returned and nothing is left for a timer to wake.
+    """
+    import threading
+
+    timers = [t for t in threading.enumerate() if isinstance(t, threading.Timer) and t.is_alive()]
+    for t in timers:
+        t.cancel()
+    return len(timers)

@@ -7,7 +7,7 @@ from pathlib import Path
 #   EXTRA_TARGETS.append(path)                       further outputs of the default target
 # Input functions read these lists lazily, after every rule file has been included.
 
-from kvtier.snake import activated, check_raw_pins, code_digest
+from kvtier.snake import activated, check_raw_pins, code_digest, end_scheduler_timers
 
 NUMBERS: list[str] = []
 FIGURES: dict[str, str] = {}
