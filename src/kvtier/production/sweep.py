@@ -52,16 +52,18 @@ NEAR_BLOCKS = 2  # a prediction off by at most this many blocks counts as near (
 RUN_FILES = ("run.yaml", "client.jsonl", "metrics_start.prom", "metrics.prom", "server.log", sent.NAME)
 
 
-def read_client_log(path: str | Path) -> pd.DataFrame:
+def read_client_log(path: str | Path, extra: dict[str, tuple[type, ...]] | None = None) -> pd.DataFrame:
     """client.jsonl: one row per answered request (status ok), with its line number, in file order.
-    A line that is not JSON, lacks a field or has one of the wrong type is an error naming it."""
+    A line that is not JSON, lacks a field or has one of the wrong type is an error naming it.
+    `extra`: more fields an answered line must have (name: types), kept as columns."""
     path = Path(path)
+    extra = extra or {}
     rows = []
     seen: dict[tuple[int, int], int] = {}
     for lineno, line, rec in jsonl_records(path):
         if not isinstance(rec, dict):
             raise RawRecordError(path, "not a JSON object", line=lineno, record=line)
-        want = dict(CLIENT_FIELDS, **(ANSWERED_FIELDS if rec.get("status") == "ok" else {}))
+        want = dict(CLIENT_FIELDS, **(dict(ANSWERED_FIELDS, **extra) if rec.get("status") == "ok" else {}))
         for name, types in want.items():
             v = rec.get(name)
             if v is None or isinstance(v, bool) or not isinstance(v, types):
@@ -78,7 +80,7 @@ def read_client_log(path: str | Path) -> pd.DataFrame:
                                        f"{rec['prompt_tokens_sent']}", line=lineno)
         if not 0 <= rec["cached_tokens"] <= rec["prompt_tokens_sent"]:
             raise RawRecordError(path, f"cached_tokens {rec['cached_tokens']} outside 0..{rec['prompt_tokens_sent']}", line=lineno)
-        rows.append({**{k: rec[k] for k in (*CLIENT_FIELDS, *ANSWERED_FIELDS)}, "line": lineno})
+        rows.append({**{k: rec[k] for k in (*CLIENT_FIELDS, *ANSWERED_FIELDS, *extra)}, "line": lineno})
     if not rows:
         raise RawRecordError(path, "no answered request")
     return pd.DataFrame(rows)
