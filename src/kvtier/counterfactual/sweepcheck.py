@@ -130,12 +130,15 @@ def predict(reg: dict[str, Number], results: list[RunResult], service: ServiceMo
     return w, record, table
 
 
-def register(writer: Any, record: dict[str, Any], table: pd.DataFrame, service: ServiceModel, w: Workload) -> None:
-    """sweepcpu.cal.*: the service model, the fitted parameters, the fit's residuals at the
-    calibration point, and per sweep run (sweepcpu.cal.run.<i>, as sweepcpu.run.<i>) the model's
-    shares and their differences from the measured ones, in percentage points."""
+def register(writer: Any, record: dict[str, Any], table: pd.DataFrame, service: ServiceModel, w: Workload,
+             service_inputs: list[str], inputs: list[str]) -> None:
+    """sweepcpu.cal.*: the service model (read from `service_inputs`), the fitted parameters, the
+    fit's residuals at the calibration point, and per sweep run (sweepcpu.cal.run.<i>, as
+    sweepcpu.run.<i>) the model's shares and their differences from the measured ones, in
+    percentage points (all read from `inputs`)."""
     P = "sweepcpu.cal."
     add = writer.add
+    writer.reading(*service_inputs)
     m = service.latency
     add(P + "service.requests", service.requests, "requests")
     add(P + "service.points", len(m.tokens), "count")
@@ -143,6 +146,7 @@ def register(writer: Any, record: dict[str, Any], table: pd.DataFrame, service: 
         add(P + f"service.p{i}.tokens", float(tok), "tokens", note="median computed prompt tokens of a quantile bin")
         add(P + f"service.p{i}.seconds", float(sec), "s", note="median time to first token of the bin, queueing included")
     add(P + "service.decode_rate", service.decode_tokens_per_s, "count", note="generated tokens per second after the first")
+    writer.reading(*inputs)
     p, f, t = record["params"], record["fit"], record["targets"]
     for k, unit in (("first_prompt_median", "tokens"), ("first_prompt_sigma", "count"), ("growth_median", "tokens"),
                     ("growth_sigma", "count"), ("turns_mean", "count"), ("think_sigma", "count"), ("system_tokens", "tokens")):

@@ -345,12 +345,16 @@ def register_numbers(writer: Any, results: list[RunResult]) -> None:
 
 STYLE = {"measured": dict(color="#222222", marker="o", linestyle="none", label="measured (server counters)"),
          "simulated": dict(color="#1f5fa8", marker="", linestyle="-", label="simulator, requests as the server ran them"),
-         "sequential": dict(color="#c2571a", marker="", linestyle="--", label="simulator, one request at a time")}
+         "sequential": dict(color="#c2571a", marker="", linestyle="--", label="simulator, one request at a time"),
+         "calibrated": dict(color="#2e8b3e", marker="s", markersize=4, linestyle=":",
+                            label="synthetic workload calibrated to the capture")}
 
 
-def figure(tidy_table: pd.DataFrame, out: str | Path) -> None:
+def figure(tidy_table: pd.DataFrame, out: str | Path, calibrated: pd.DataFrame | None = None) -> None:
     """Figure 2's shape, measured: (a) share of prompt tokens from the KV cache and from the pool,
-    (b) share of the KV cache's misses served by the pool, against pool size / KV cache size."""
+    (b) share of the KV cache's misses served by the pool, against pool size / KV cache size.
+    `calibrated` (kvtier.counterfactual.sweepcheck.predict's table): the calibrated synthetic
+    workload's shares at each run's pool size, as a fourth series."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -370,6 +374,16 @@ def figure(tidy_table: pd.DataFrame, out: str | Path) -> None:
             a.plot(q.ratio, 100 * q.share, **dict(st, label=None, markerfacecolor=fill))
         q = g[g.source == "pool"]
         b.plot(q.ratio, 100 * q.pool_share_of_misses, **st)
+    if calibrated is not None:
+        st = dict(STYLE["calibrated"])
+        kv = t.groupby("run").kv_cache_tokens.first()
+        c = calibrated.assign(ratio=calibrated.pool_tokens / calibrated.run.map(kv)).sort_values("ratio")
+        for source, fill in (("gpu", "white"), ("pool", st["color"])):
+            q = c[c.source == source]
+            a.plot(q.ratio, 100 * q.model, **dict(st, label=None, markerfacecolor=fill))
+        wide = c.pivot_table(index="ratio", columns="source", values="model")
+        missed = wide["pool"] + wide["computed"]
+        b.plot(wide.index, 100 * (wide["pool"] / missed).where(missed > 0, 0.0), **st)
     a.set_ylabel("share of prompt tokens (%)")
     b.set_ylabel("KV-cache misses served by the pool (%)")
     for ax in (a, b):
