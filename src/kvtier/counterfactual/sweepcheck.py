@@ -51,6 +51,7 @@ class ServiceModel:
     latency: ColdReadModel
     decode_tokens_per_s: float
     requests: int
+    turn_growth_tokens: float  # for the report: median growth of a session's prompt from one answered turn to the next
 
 
 def _bins(computed: np.ndarray, latency: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
@@ -90,7 +91,10 @@ def service_model(client_log: str | Path, bins: int, above_last: str = "extend_l
     if decoding <= 0:
         raise RawRecordError(path, "no answer took any time after its first token: no decoding rate")
     model = ColdReadModel(tokens, seconds, above_last)
-    return ServiceModel(model, float(r.completion_tokens.sum()) / decoding, len(r))
+    by_turn = r.sort_values(["session", "index"], kind="stable")
+    growth = by_turn.groupby("session").usage_prompt_tokens.diff().dropna()
+    return ServiceModel(model, float(r.completion_tokens.sum()) / decoding, len(r),
+                        float(growth.median()) if len(growth) else float("nan"))
 
 
 def pool_blocks_of(run: RunResult, block_tokens: int) -> int | None:
@@ -146,6 +150,9 @@ def register(writer: Any, record: dict[str, Any], table: pd.DataFrame, service: 
         add(P + f"service.p{i}.tokens", float(tok), "tokens", note="median computed prompt tokens of a quantile bin")
         add(P + f"service.p{i}.seconds", float(sec), "s", note="median time to first token of the bin, queueing included")
     add(P + "service.decode_rate", service.decode_tokens_per_s, "count", note="generated tokens per second after the first")
+    if np.isfinite(service.turn_growth_tokens):
+        add(P + "capture.turn_growth_median", service.turn_growth_tokens, "tokens",
+            note="median growth of a session's prompt from one answered turn to the next")
     writer.reading(*inputs)
     p, f, t = record["params"], record["fit"], record["targets"]
     for k, unit in (("first_prompt_median", "tokens"), ("first_prompt_sigma", "count"), ("growth_median", "tokens"),
@@ -159,6 +166,8 @@ def register(writer: Any, record: dict[str, Any], table: pd.DataFrame, service: 
     add(P + "fit.reusable_tried", len(tried), "count")
     add(P + "fit.reusable_low", float(tried.reusable.min()), "fraction")
     add(P + "fit.reusable_high", float(tried.reusable.max()), "fraction")
+    add(P + "fit.tried_share_pool_min", float(tried.share_pool.min()), "fraction", note="pool share at the capture's sizes, over the reusable shares tried")
+    add(P + "fit.tried_share_pool_max", float(tried.share_pool.max()), "fraction")
     add(P + "model.requests", len(w.requests), "requests")
     add(P + "model.block_tokens", record["block_tokens"], "tokens")
     add(P + "model.gpu_tokens", record["gpu_tokens"], "tokens")
@@ -211,5 +220,8 @@ def register(writer: Any, record: dict[str, Any], table: pd.DataFrame, service: 
     add(P + "calibration_run", int(next(i for i, r in enumerate(runs) if table[table.run == r].calibration_point.iloc[0])), "count")
     add(P + "worst_points", worst, "count", note="largest gap of any share, any run, percentage points")
     add(P + "worst_points_predicted", worst_other, "count", note="the same over the runs other than the calibration point")
+    gpu = table[table.source == "gpu"].model
+    add(P + "share_gpu_min", float(gpu.min()), "fraction", note="the model's share from the KV cache, over the runs")
+    add(P + "share_gpu_max", float(gpu.max()), "fraction")
     pool_err = table[(table.source == "pool") & ~table.calibration_point].error_points.abs()
     add(P + "worst_pool_points_predicted", float(pool_err.max()) if len(pool_err) else 0.0, "count")
