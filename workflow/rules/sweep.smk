@@ -13,8 +13,9 @@ SWEEP_CAL_SETUP = config["production"]["setups"][SWEEP_CAL["setup"]]
 if SWEEP["runs"]:
     NUMBERS.append("results/numbers/sweepcpu.json")
     FIGURES["sweep_cpu"] = "figures/sweep_cpu.svg"
-    EXTRA_TARGETS.extend(["results/tidy/sweep_cpu.csv", "results/tables/sweep_cpu_requests.csv",
-                          "results/tidy/sweep_cpu_calibrated.csv"])
+    EXTRA_TARGETS.extend(
+        ["results/tidy/sweep_cpu.csv", "results/tables/sweep_cpu_requests.csv", "results/tidy/sweep_cpu_calibrated.csv"]
+    )
 
 
 rule sweep_cpu:
