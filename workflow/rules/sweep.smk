@@ -2,30 +2,46 @@
 # replayed by kvtier-replay at several pool sizes, none included (one pinned folder per run, with
 # the stream it sent in the server's blocks), and the same request stream through kvtier.sim at each
 # run's own sizes -> sweepcpu.* numbers, a tidy table of shares, the per-request comparison and the
-# figure. Reads the pinned runs only; an empty `sweep.runs` leaves the appendix out.
+# figure. Reads the pinned runs only; an empty `sweep.runs` leaves the appendix out. In the same
+# process, the counterfactual's calibration procedure fitted to the capture of
+# `sweep.calibration.setup` alone, replayed at every run's pool size (sweepcpu.cal.*).
 from kvtier.lab import workflow as lab_wf
 
 SWEEP = config["sweep"]
+SWEEP_CAL = SWEEP["calibration"]
+SWEEP_CAL_SETUP = config["production"]["setups"][SWEEP_CAL["setup"]]
 if SWEEP["runs"]:
     NUMBERS.append("results/numbers/sweepcpu.json")
     FIGURES["sweep_cpu"] = "figures/sweep_cpu.svg"
-    EXTRA_TARGETS.extend(["results/tidy/sweep_cpu.csv", "results/tables/sweep_cpu_requests.csv"])
+    EXTRA_TARGETS.extend(
+        ["results/tidy/sweep_cpu.csv", "results/tables/sweep_cpu_requests.csv", "results/tidy/sweep_cpu_calibrated.csv"]
+    )
 
 
 rule sweep_cpu:
     message:
-        "Pool-size sweep on vLLM's CPU build: measured token shares per pool size beside the simulator's replay of the same stream"
+        "Pool-size sweep on vLLM's CPU build: measured token shares per pool size beside the simulator's replay of the same stream, and the calibrated model's prediction"
     input:
         code=PACKAGE_CODE,
         records=lambda wc: [f for run in SWEEP["runs"] for f in lab_wf.pinned_under(MANIFEST, run)],
+        production=f"results/numbers/production_{SWEEP_CAL['setup']}.json",
+        hours=f"results/tidy/production_{SWEEP_CAL['setup']}_hours.csv",
         manifest=MANIFEST,
     output:
         numbers="results/numbers/sweepcpu.json",
         tidy="results/tidy/sweep_cpu.csv",
         requests="results/tables/sweep_cpu_requests.csv",
+        calibrated="results/tidy/sweep_cpu_calibrated.csv",
         svg=report("figures/sweep_cpu.svg", caption="../report/sweep_cpu.rst", category="Beyond the note"),
     params:
         runs=SWEEP["runs"],
+        capture_client=SWEEP_CAL_SETUP["capture_client"],
+        numbers_prefix=SWEEP_CAL_SETUP["numbers_prefix"],
+        service_bins=SWEEP_CAL["service_bins"],
+        above_last=config["coldread"]["above_last"],
+        seed=config["counterfactual"]["seed"],
+        think=config["counterfactual"]["think_time"],
+        reusable=config["counterfactual"]["reusable_share"],
     log:
         "logs/sweep_cpu.log",
     benchmark:

@@ -1,4 +1,12 @@
-"""Rule sweep_cpu: the measured pool-size sweep -> sweepcpu.* numbers, tidy shares, per-request table, figure."""
+"""Rule sweep_cpu: the measured pool-size sweep -> sweepcpu.* numbers, tidy shares, per-request table, figure;
+and the counterfactual's calibration procedure fitted to the capture alone, predicting the sweep (sweepcpu.cal.*)."""
+import time
+from pathlib import Path
+
+from kvtier.counterfactual import sweepcheck
+from kvtier.counterfactual.run import hour_weights
+from kvtier.errors import RawRecordError
+from kvtier.numbers import load_registry
 from kvtier.production import sweep
 from kvtier.provenance import write_sidecar
 from kvtier.snake import begin, numbers_writer
@@ -14,8 +22,24 @@ sweep.requests_table(results).to_csv(smk.output.requests, index=False)
 write_sidecar(smk.output.requests, smk.rule, raw)
 writer = numbers_writer(smk, "sweepcpu")
 sweep.register_numbers(writer, results)
+
+# the calibration procedure on the capture's aggregates, replayed at every run's pool size
+cpu0 = time.process_time()
+client = smk.params.capture_client
+if Path(client).as_posix() not in {Path(p).as_posix() for p in raw}:
+    raise RawRecordError(client, "the capture's client log is not among the sweep's pinned records")
+service = sweepcheck.service_model(client, smk.params.service_bins, smk.params.above_last)
+reg = load_registry([smk.input.production])
+w, record, calibrated = sweepcheck.predict(reg, results, service, hour_weights(smk.input.hours), smk.params.think["median_s"],
+                                           smk.params.think["sigma"], smk.params.reusable, smk.params.seed,
+                                           prefix=smk.params.numbers_prefix)
+cal_inputs = [smk.input.production, smk.input.hours, *raw]
+calibrated.to_csv(smk.output.calibrated, index=False)
+write_sidecar(smk.output.calibrated, smk.rule, cal_inputs)
+sweepcheck.register(writer, record, calibrated, service, w, [client], cal_inputs)
 writer.write(smk.output.numbers)
-sweep.figure(tidy, smk.output.svg)
+sweep.figure(tidy, smk.output.svg, calibrated)
+log.info("calibrated prediction: %.2f s CPU; fit %s", time.process_time() - cpu0, record["fit"])
 for x in results:
     log.info("%s: pool %d tokens, %d of %d requests predicted exactly (one at a time: %d), %s", x.run.path, x.run.pool_tokens,
              int(x.table.agrees.sum()), len(x.table), int(x.table.seq_agrees.sum()), x.admission)

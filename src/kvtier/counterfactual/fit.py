@@ -13,24 +13,27 @@ from ..coldread import ColdReadModel
 from ..numbers import Number
 from ..render.formats import TIME
 from ..workloads import Workload
-from ..workloads.synthetic import AgenticParams, Targets, assemble, draw, fit_prompts, fit_report
+from ..workloads.synthetic import AgenticParams, Targets, TooFewRequests, assemble, draw, fit_prompts, fit_report
 from .replay import Config, replay, summarise
 
 
-def targets_from_registry(reg: dict[str, Number]) -> Targets:
-    def v(key: str) -> float:
+def targets_from_registry(reg: dict[str, Number], prefix: str = "prod") -> Targets:
+    """The production analysis's aggregates of one setup (its numbers prefix: `prod` for C,
+    `prodcpu` for the CPU capture), in seconds and tokens."""
+    def v(name: str) -> float:
+        key = f"{prefix}.{name}"
         if key not in reg:
             raise KeyError(f"the counterfactual needs {key!r} from the production analysis")
         n = reg[key]
         return float(n.value) * (TIME[n.unit] if n.unit in TIME else 1.0)  # type: ignore[arg-type]
 
     return Targets(
-        requests=int(v("prod.requests")), period_s=v("prod.period"), active_hours=int(v("prod.hours.with_traffic")),
-        mean_prompt=v("prod.prompt.mean_tokens"), share_above_200k=v("prod.prompt.share_above_200k"),
-        share_above_500k=v("prod.prompt.share_above_500k"), max_running=int(v("prod.max_running")),
-        max_model_len=int(v("prod.context_tokens")), mean_output=v("prod.tokens.generated") / v("prod.requests"),
-        gpu_share=v("prod.tokens.share_gpu"), low_edge=v("prod.prompt.low_edge"), high_edge=v("prod.prompt.high_edge"),
-        pool_share=v("prod.tokens.share_pool"), restores_per_hour=v("prod.restores.per_traffic_hour"),
+        requests=int(v("requests")), period_s=v("period"), active_hours=int(v("hours.with_traffic")),
+        mean_prompt=v("prompt.mean_tokens"), share_above_200k=v("prompt.share_above_200k"),
+        share_above_500k=v("prompt.share_above_500k"), max_running=int(v("max_running")),
+        max_model_len=int(v("context_tokens")), mean_output=v("tokens.generated") / v("requests"),
+        gpu_share=v("tokens.share_gpu"), low_edge=v("prompt.low_edge"), high_edge=v("prompt.high_edge"),
+        pool_share=v("tokens.share_pool"), restores_per_hour=v("restores.per_traffic_hour"),
     )
 
 
@@ -45,16 +48,29 @@ def calibrate(t: Targets, params: AgenticParams, model: ColdReadModel, hour_weig
 
     The GPU tier never depends on the pool (blocks loaded from it land on the GPU like computed
     ones), so the calibration needs no pool and the pool's share stays a check of the model.
+
+    A think time so long that the drawn sessions put too few requests inside the period (a short
+    period: kvtier.workloads.synthetic.TooFewRequests) counts as too long; if production's GPU
+    share lies beyond the longest think time that fills the period, the calibration stops short
+    of it and the returned GPU share says by how much.
     """
     base = params.think_median_s
     d = draw(t, params, model, hour_weights, seed)  # the think time moves arrivals only: draw once
     lo, hi = np.log(1e-3), np.log(1e1)
     for _ in range(steps):
         mid = (lo + hi) / 2
-        w = assemble(d, base * float(np.exp(mid)), block_tokens)
+        try:
+            w = assemble(d, base * float(np.exp(mid)), block_tokens)
+        except TooFewRequests:
+            lo, hi = lo, mid
+            continue
         lo, hi = (mid, hi) if gpu_share(w, gpu_tokens) > t.gpu_share else (lo, mid)
     params = replace(params, think_median_s=base * float(np.exp((lo + hi) / 2)))
-    w = assemble(d, params.think_median_s, block_tokens)
+    try:
+        w = assemble(d, params.think_median_s, block_tokens)
+    except TooFewRequests:  # the last step was too long: the longest one that filled the period
+        params = replace(params, think_median_s=base * float(np.exp(lo)))
+        w = assemble(d, params.think_median_s, block_tokens)
     return params, w, gpu_share(w, gpu_tokens)
 
 
@@ -65,7 +81,8 @@ def operating_point(w: Workload, model: ColdReadModel, gpu_tokens: int, pool_blo
 
 def fit_workload(reg: dict[str, Number], model: ColdReadModel, hour_weights: np.ndarray, block_tokens: int,
                  gpu_tokens: int, think_median_s: float, think_sigma: float, reusable: float | list[float],
-                 seed: int, pool_blocks: int | None = None, steps: int = 3) -> tuple[Workload, dict]:
+                 seed: int, pool_blocks: int | None = None, steps: int = 3, prefix: str = "prod",
+                 decode_tokens_per_s: float | None = None) -> tuple[Workload, dict]:
     """The whole fit; returns the workload and a record of targets, parameters and fit quality.
 
     `reusable` a number: the reusable share is assumed, the think time calibrated to the GPU
@@ -74,9 +91,14 @@ def fit_workload(reg: dict[str, Number], model: ColdReadModel, hour_weights: np.
     share; the computed share follows (the three sum to one) and the restore rate is a check.
     The replay is noisy in the reusable share (each value refits the prompts), so the closest
     of the points tried is kept.
+
+    `prefix`: the setup's numbers prefix (targets_from_registry). `decode_tokens_per_s`: the
+    decoding rate that spaces turns (None: AgenticParams' default, setup C's).
     """
-    t = targets_from_registry(reg)
+    t = targets_from_registry(reg, prefix)
     base = AgenticParams(think_median_s=think_median_s, think_sigma=think_sigma)
+    if decode_tokens_per_s is not None:
+        base = replace(base, decode_tokens_per_s=float(decode_tokens_per_s))
 
     def at(share: float) -> tuple[float, AgenticParams, Workload, float, dict]:
         params = fit_prompts(t, share, base, seed)

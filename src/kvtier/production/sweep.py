@@ -52,16 +52,18 @@ NEAR_BLOCKS = 2  # a prediction off by at most this many blocks counts as near (
 RUN_FILES = ("run.yaml", "client.jsonl", "metrics_start.prom", "metrics.prom", "server.log", sent.NAME)
 
 
-def read_client_log(path: str | Path) -> pd.DataFrame:
+def read_client_log(path: str | Path, extra: dict[str, tuple[type, ...]] | None = None) -> pd.DataFrame:
     """client.jsonl: one row per answered request (status ok), with its line number, in file order.
-    A line that is not JSON, lacks a field or has one of the wrong type is an error naming it."""
+    A line that is not JSON, lacks a field or has one of the wrong type is an error naming it.
+    `extra`: more fields an answered line must have (name: types), kept as columns."""
     path = Path(path)
+    extra = extra or {}
     rows = []
     seen: dict[tuple[int, int], int] = {}
     for lineno, line, rec in jsonl_records(path):
         if not isinstance(rec, dict):
             raise RawRecordError(path, "not a JSON object", line=lineno, record=line)
-        want = dict(CLIENT_FIELDS, **(ANSWERED_FIELDS if rec.get("status") == "ok" else {}))
+        want = dict(CLIENT_FIELDS, **(dict(ANSWERED_FIELDS, **extra) if rec.get("status") == "ok" else {}))
         for name, types in want.items():
             v = rec.get(name)
             if v is None or isinstance(v, bool) or not isinstance(v, types):
@@ -78,7 +80,7 @@ def read_client_log(path: str | Path) -> pd.DataFrame:
                                        f"{rec['prompt_tokens_sent']}", line=lineno)
         if not 0 <= rec["cached_tokens"] <= rec["prompt_tokens_sent"]:
             raise RawRecordError(path, f"cached_tokens {rec['cached_tokens']} outside 0..{rec['prompt_tokens_sent']}", line=lineno)
-        rows.append({**{k: rec[k] for k in (*CLIENT_FIELDS, *ANSWERED_FIELDS)}, "line": lineno})
+        rows.append({**{k: rec[k] for k in (*CLIENT_FIELDS, *ANSWERED_FIELDS, *extra)}, "line": lineno})
     if not rows:
         raise RawRecordError(path, "no answered request")
     return pd.DataFrame(rows)
@@ -343,12 +345,16 @@ def register_numbers(writer: Any, results: list[RunResult]) -> None:
 
 STYLE = {"measured": dict(color="#222222", marker="o", linestyle="none", label="measured (server counters)"),
          "simulated": dict(color="#1f5fa8", marker="", linestyle="-", label="simulator, requests as the server ran them"),
-         "sequential": dict(color="#c2571a", marker="", linestyle="--", label="simulator, one request at a time")}
+         "sequential": dict(color="#c2571a", marker="", linestyle="--", label="simulator, one request at a time"),
+         "calibrated": dict(color="#2e8b3e", marker="s", markersize=4, linestyle=":",
+                            label="synthetic workload calibrated to the capture")}
 
 
-def figure(tidy_table: pd.DataFrame, out: str | Path) -> None:
+def figure(tidy_table: pd.DataFrame, out: str | Path, calibrated: pd.DataFrame | None = None) -> None:
     """Figure 2's shape, measured: (a) share of prompt tokens from the KV cache and from the pool,
-    (b) share of the KV cache's misses served by the pool, against pool size / KV cache size."""
+    (b) share of the KV cache's misses served by the pool, against pool size / KV cache size.
+    `calibrated` (kvtier.counterfactual.sweepcheck.predict's table): the calibrated synthetic
+    workload's shares at each run's pool size, as a fourth series."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -368,6 +374,16 @@ def figure(tidy_table: pd.DataFrame, out: str | Path) -> None:
             a.plot(q.ratio, 100 * q.share, **dict(st, label=None, markerfacecolor=fill))
         q = g[g.source == "pool"]
         b.plot(q.ratio, 100 * q.pool_share_of_misses, **st)
+    if calibrated is not None:
+        st = dict(STYLE["calibrated"])
+        kv = t.groupby("run").kv_cache_tokens.first()
+        c = calibrated.assign(ratio=calibrated.pool_tokens / calibrated.run.map(kv)).sort_values("ratio")
+        for source, fill in (("gpu", "white"), ("pool", st["color"])):
+            q = c[c.source == source]
+            a.plot(q.ratio, 100 * q.model, **dict(st, label=None, markerfacecolor=fill))
+        wide = c.pivot_table(index="ratio", columns="source", values="model")
+        missed = wide["pool"] + wide["computed"]
+        b.plot(wide.index, 100 * (wide["pool"] / missed).where(missed > 0, 0.0), **st)
     a.set_ylabel("share of prompt tokens (%)")
     b.set_ylabel("KV-cache misses served by the pool (%)")
     for ax in (a, b):

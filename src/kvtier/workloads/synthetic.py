@@ -26,6 +26,11 @@ from ..sim.fast import Flat
 from .base import LazyRequests, Workload
 
 
+class TooFewRequests(ValueError):
+    """The drawn sessions put fewer requests inside the period than the target (think times too
+    long for the period: each session reaches fewer turns before it ends)."""
+
+
 @dataclass(frozen=True)
 class Targets:
     """Production aggregates the model is fitted to (read from the numbers registry)."""
@@ -159,7 +164,10 @@ def fit_prompts(t: Targets, reusable: float, base: AgenticParams | None = None, 
         return float(10 * m[0] ** 2 + (m[1] / max(t.share_above_200k, 1e-3)) ** 2
                      + (m[2] / max(t.share_above_500k, 1e-3)) ** 2 + (r / max(1 - reusable, 1e-3)) ** 2)
 
-    x0 = np.log([40_000.0, 1.5, 1_000.0, 8.0])
+    # the start, prompt sizes in units of the context length: setup C's values at its 1M-token
+    # context (unchanged there), scaled for a smaller server, whose prompts would all overflow at C's
+    scale = t.max_model_len / 1_000_000
+    x0 = np.log([40_000.0 * scale, 1.5, 1_000.0 * scale, 8.0])
     best = optimize.minimize(loss, x0, method="Nelder-Mead", options={"xatol": 1e-2, "fatol": 1e-5, "maxiter": 500})
     return params(best.x)
 
@@ -191,13 +199,20 @@ class _Timing:
         return self.start[:, None] + self.service + think_median_s * self.think_unit
 
 
+def start_window(hour: np.ndarray, period_s: float) -> np.ndarray:
+    """The share of each clock hour that lies inside the period [0, period_s): 1 for a whole
+    hour, less for a last hour the period ends inside (a capture of ten minutes is one such hour)."""
+    return np.clip(period_s / 3600.0 - hour, 0.0, 1.0)
+
+
 def _timing(p: AgenticParams, prompts: np.ndarray, out: np.ndarray, model: ColdReadModel,
-            hour_weights: np.ndarray, rng: np.random.Generator) -> _Timing:
-    """A session starts in an active hour, then each turn follows the previous one's service
-    (cold read of its new tokens + decoding) and a think time."""
+            hour_weights: np.ndarray, rng: np.random.Generator, period_s: float) -> _Timing:
+    """A session starts in an active hour, uniformly inside the part of it the period covers (the
+    last hour ends at `period_s`), then each turn follows the previous one's service (cold read of
+    its new tokens + decoding) and a think time."""
     sessions, turns = prompts.shape
     hour = rng.choice(len(hour_weights), size=sessions, p=hour_weights / hour_weights.sum())
-    start = (hour + rng.random(sessions)) * 3600.0
+    start = (hour + rng.random(sessions) * start_window(hour, period_s)) * 3600.0
     prev = np.concatenate([np.zeros((sessions, 1)), np.nan_to_num(prompts[:, :-1])], axis=1)
     new_tokens = np.clip(np.nan_to_num(prompts) - prev, 0, None)
     service = model.predict(new_tokens.ravel()).reshape(new_tokens.shape) + out / p.decode_tokens_per_s
@@ -232,7 +247,8 @@ def draw(t: Targets, params: AgenticParams, model: ColdReadModel, hour_weights: 
     sessions = int(np.ceil(t.requests / max(params.turns_mean, 1.0) * 1.5)) + 50
     d = _draws(rng, sessions, _max_turns(params.turns_mean))
     prompts, out = _prompts(params, d, t)
-    return Draw(t, params, prompts, out, _timing(params, prompts, out, model, hour_weights, np.random.default_rng(seed + 2)))
+    return Draw(t, params, prompts, out, _timing(params, prompts, out, model, hour_weights, np.random.default_rng(seed + 2),
+                                                         t.period_s))
 
 
 def assemble(d: Draw, think_median_s: float, block_tokens: int) -> Workload:
@@ -249,7 +265,7 @@ def assemble(d: Draw, think_median_s: float, block_tokens: int) -> Workload:
     per_session = np.cumsum(keep.sum(axis=1))
     last = int(np.searchsorted(per_session, t.requests))  # first session that reaches the count
     if last >= sessions:
-        raise ValueError(f"the model produced {int(per_session[-1])} requests inside the period, fewer than {t.requests}")
+        raise TooFewRequests(f"the model produced {int(per_session[-1])} requests inside the period, fewer than {t.requests}")
     keep[last + 1:] = False
     excess = int(per_session[last]) - t.requests
     if excess:  # cut the last session's final turns
