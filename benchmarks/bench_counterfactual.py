@@ -7,7 +7,7 @@
 (a) GPU-only hit share for N GPU sizes: one stack pass (kvtier.sim.stack, all sizes at once)
     against N compiled replays (`gpu_only_curve`, what the workflow uses), checked equal to 1e-12.
 (b) The default sweep: pool sizes (and GPU sizes for write-through) x both policies, one replay
-    per row (compiled core), as rule cf_numbers runs it.
+    per row (compiled core), as rule counterfactual runs it.
 Also the cost of loading the stored workload. Wall-clock and process CPU time; the machines this
 runs on are shared. Needs the fitted workload (`snakemake --cores 2 results/counterfactual/workload.npz`).
 """

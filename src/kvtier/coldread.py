@@ -9,12 +9,13 @@ prefill time they stood in for. Rules (stated in the note):
 
 from __future__ import annotations
 
+import csv
+import math
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from .errors import RawRecordError
 from .observation import read_host
@@ -61,48 +62,68 @@ class ColdReadModel:
         return bool(out) if np.ndim(tokens) == 0 else out
 
 
-def read_coldreads(path: str | Path) -> pd.DataFrame:
-    """Read and check coldreads.csv; errors name the file and the line."""
+@dataclass(frozen=True)
+class TimedRead:
+    """One row of coldreads.csv: a prompt read cold, and how long its first token took."""
+
+    prompt_tokens: int
+    ttft_s: float
+    timed_on: date
+    host: str
+    model: str
+
+
+def read_coldreads(path: str | Path) -> list[TimedRead]:
+    """Read and check coldreads.csv (a handful of rows: the csv module, no pandas, so the rule that
+    only prints them starts fast); errors name the file and the line."""
     path = Path(path)
-    df = pd.read_csv(path, dtype=str, keep_default_na=False)
-    if list(df.columns) != COLUMNS:
-        raise RawRecordError(path, f"columns must be {COLUMNS}, found {list(df.columns)}", line=1)
+    with path.open(newline="", encoding="utf-8") as f:
+        rows = list(csv.reader(f))
+    if not rows or rows[0] != COLUMNS:
+        raise RawRecordError(path, f"columns must be {COLUMNS}, found {rows[0] if rows else []}", line=1)
     out = []
-    for i, row in enumerate(df.itertuples(index=False), start=2):
+    for i, row in enumerate(rows[1:], start=2):
+        if not row:
+            continue
+        if len(row) != len(COLUMNS):
+            raise RawRecordError(path, f"{len(row)} fields, expected {len(COLUMNS)}", line=i, record=",".join(row))
+        rec = dict(zip(COLUMNS, row))
         try:
-            tokens = int(row.prompt_tokens)
-            secs = float(row.ttft_s)
-            day = date.fromisoformat(row.timed_on)
+            tokens = int(rec["prompt_tokens"])
+            secs = float(rec["ttft_s"])
+            day = date.fromisoformat(rec["timed_on"])
         except ValueError as e:
             raise RawRecordError(path, f"bad value ({e})", line=i, record=",".join(row)) from None
-        if tokens <= 0 or not np.isfinite(secs) or secs <= 0:
+        if tokens <= 0 or not math.isfinite(secs) or secs <= 0:
             raise RawRecordError(path, "prompt_tokens and ttft_s must be positive and finite", line=i, record=",".join(row))
-        out.append({"prompt_tokens": tokens, "ttft_s": secs, "timed_on": day, "host": row.host, "model": row.model})
-    table = pd.DataFrame(out)
-    if table.empty:
+        out.append(TimedRead(tokens, secs, day, rec["host"], rec["model"]))
+    if not out:
         raise RawRecordError(path, "no timed cold reads")
-    if not table["prompt_tokens"].is_monotonic_increasing or table["prompt_tokens"].duplicated().any():
+    if any(b.prompt_tokens <= a.prompt_tokens for a, b in zip(out, out[1:])):
         raise RawRecordError(path, "rows must be sorted by strictly increasing prompt_tokens")
-    return table
+    return out
+
+
+def _model(reads: list[TimedRead], above_last: str) -> ColdReadModel:
+    return ColdReadModel(np.array([r.prompt_tokens for r in reads]), np.array([r.ttft_s for r in reads]), above_last)
 
 
 def model_from_csv(path: str | Path, above_last: str = "extend_last_segment") -> ColdReadModel:
-    t = read_coldreads(path)
-    return ColdReadModel(t["prompt_tokens"].to_numpy(), t["ttft_s"].to_numpy(), above_last)
+    return _model(read_coldreads(path), above_last)
 
 
 def coldread_numbers(table: str | Path, host_yaml: str | Path, above_last: str, writer) -> ColdReadModel:
     """Register the timed points as printed and how long before the period they were timed."""
     t = read_coldreads(table)
-    model = ColdReadModel(t["prompt_tokens"].to_numpy(), t["ttft_s"].to_numpy(), above_last)
+    model = _model(t, above_last)
     if hasattr(writer, "reading"):
         writer.reading(table)  # the timed points come from the table alone
     writer.add("coldread.count", len(t), "count")
-    for i, row in enumerate(t.itertuples(index=False), start=1):
+    for i, row in enumerate(t, start=1):
         writer.add(f"coldread.p{i}.tokens", int(row.prompt_tokens), "tokens")
         writer.add(f"coldread.p{i}.seconds", float(row.ttft_s), "s")
     start = read_host(host_yaml)[1].date()
-    days = {(start - d).days for d in t["timed_on"]}
+    days = {(start - r.timed_on).days for r in t}
     if len(days) != 1:
         raise RawRecordError(table, f"cold reads were timed on different days ({sorted(days)} days before the period)")
     if hasattr(writer, "reading"):
@@ -110,6 +131,6 @@ def coldread_numbers(table: str | Path, host_yaml: str | Path, above_last: str, 
     writer.add("coldread.days_before_period", days.pop(), "days")
     if hasattr(writer, "reading"):
         writer.reading(table)
-    writer.add("coldread.seconds_per_token_first", float(t["ttft_s"].iloc[0] / t["prompt_tokens"].iloc[0]), "s",
+    writer.add("coldread.seconds_per_token_first", t[0].ttft_s / t[0].prompt_tokens, "s",
                note="slope through the origin used below the first timed point")
     return model

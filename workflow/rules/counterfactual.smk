@@ -7,9 +7,14 @@ FIGURES["fig2"] = "figures/fig2.svg"
 CF = config["counterfactual"]
 
 
-rule cf_workload:
+# One process for the whole computation: the fit, the replays it feeds (pool and GPU sweeps of
+# both policies, the single-pass GPU curve), the appendix's numbers and Figure 2. The fitted
+# workload is also written as arrays (workload.npz) for the opt-in public-trace rule and the
+# benchmark, which load it instead of fitting again.
+rule counterfactual:
     message:
-        "Counterfactual: fit the synthetic agentic workload to the production numbers"
+        "Counterfactual: fit the synthetic agentic workload to the production numbers, then sweeps, GPU curve, "
+        "numbers for the appendix and Figure 2"
     # on the longest chain (production -> counterfactual -> publish): runs as soon as it can
     priority: 10
     input:
@@ -21,53 +26,27 @@ rule cf_workload:
     output:
         fit="results/counterfactual/workload_fit.json",
         workload="results/counterfactual/workload.npz",
-    params:
-        seed=CF["seed"],
-        think=CF["think_time"],
-        reusable=CF["reusable_share"],
-        above_last=config["coldread"]["above_last"],
-    log:
-        "logs/cf_workload.log",
-    benchmark:
-        "results/benchmarks/cf_workload.tsv"
-    conda:
-        ANALYSIS_ENV
-    script:
-        "../scripts/counterfactual_workload.py"
-
-
-# One process for the replays and what they feed: the pool and GPU sweeps of both policies,
-# the single-pass GPU curve, the appendix's numbers and Figure 2 (they only split one computation).
-rule cf_numbers:
-    message:
-        "Counterfactual: sweeps, GPU curve, numbers for the appendix and Figure 2"
-    # on the longest chain (production -> counterfactual -> publish): runs as soon as it can
-    priority: 10
-    input:
-        code=PACKAGE_CODE,
-        fit="results/counterfactual/workload_fit.json",
-        workload="results/counterfactual/workload.npz",
-        coldreads=config["coldread"]["table"],
-        manifest=MANIFEST,
-    output:
         sweep_write_through="results/counterfactual/sweep_write_through.csv",
         sweep_store_on_evict="results/counterfactual/sweep_store_on_evict.csv",
         curve="results/counterfactual/gpu_curve.csv",
         numbers="results/numbers/counterfactual.json",
         figure=report("figures/fig2.svg", caption="../report/fig2.rst", category="Beyond the note"),
     params:
+        seed=CF["seed"],
+        think=CF["think_time"],
+        reusable=CF["reusable_share"],
         pool_ratios=CF["pool_ratios"],
         gpu_ratios=CF["gpu_ratios"],
         curve_ratios=CF["gpu_curve_ratios"],
         above_last=config["coldread"]["above_last"],
     log:
-        "logs/cf_numbers.log",
+        "logs/counterfactual.log",
     benchmark:
-        "results/benchmarks/cf_numbers.tsv"
+        "results/benchmarks/counterfactual.tsv"
     conda:
         ANALYSIS_ENV
     script:
-        "../scripts/counterfactual_numbers.py"
+        "../scripts/counterfactual.py"
 
 
 # ---- opt-in: public traces (config counterfactual.public_traces.activate) ----

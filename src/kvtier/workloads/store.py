@@ -1,5 +1,5 @@
-"""A workload on disk as arrays (.npz): written once by cf_workload, loaded by every later rule
-in milliseconds instead of being drawn again."""
+"""A workload on disk as arrays (.npz): written once by rule counterfactual, loaded by the tools
+that come after it (the public-trace rule, the benchmark) in milliseconds instead of drawn again."""
 
 from __future__ import annotations
 
