@@ -55,7 +55,7 @@ def test_literal_finder_agrees_with_the_external_check(tmp_path: Path) -> None:
 
 def _smk(templates: Path, tmp_path: Path) -> SimpleNamespace:
     (tmp_path / "numbers.json").write_text('{"topic": "x", "numbers": {}}')
-    (tmp_path / "ledger.json").write_text('{"commit": "abc", "dirty": false, "numbers": {}}')
+    (tmp_path / "ledger.json").write_text('{"commit": "abc", "dirty": false, "numbers": {}, "file_lists": []}')
     (tmp_path / "MANIFEST.tsv").write_text("path\tbytes\tsha256\tclass\tdescription\n")
     inputs = SimpleNamespace(numbers=[str(tmp_path / "numbers.json")], ledger=str(tmp_path / "ledger.json"),
                              manifest=str(tmp_path / "MANIFEST.tsv"))

@@ -43,9 +43,9 @@ def test_default_target_never_writes_raw(built_repo: Path, tmp_path: Path) -> No
 
 
 def test_provenance_traces_numbers_to_raw_files(built_repo: Path) -> None:
-    import json
+    from kvtier.provenance import read_ledger
 
-    ledger = json.loads((built_repo / "results/provenance.json").read_text())
+    ledger = read_ledger(built_repo / "results/provenance.json")
     entry = ledger["numbers"]["coldread.p1.seconds"]
     assert entry["rule"] == "coldread_numbers"
     assert entry["script"] == "workflow/scripts/coldread_numbers.py"

@@ -116,7 +116,39 @@ def build_ledger(registry: dict[str, Number], manifest: str | Path, rules_dir: s
     return {"commit": stamp["commit"], "dirty": stamp["dirty"], "numbers": numbers}
 
 
+LISTED = ("inputs", "raw")  # the per-number file lists the ledger file stores once each
+
+
 def write_ledger(ledger: dict, path: str | Path) -> None:
-    """One line of JSON, keys sorted: the ledger holds every number's raw files with their
-    hashes (tens of MB), which the C encoder writes in a fraction of the time an indented dump takes."""
-    atomic_write_text(path, json.dumps(ledger, sort_keys=True, separators=(",", ":")) + "\n")
+    """Write the ledger with each distinct list of files (a number's direct `inputs`, its `raw`
+    files) stored once, in `file_lists`, and every number pointing at its lists by index
+    (`inputs_list`, `raw_list`): the numbers of one rule mostly read the same hundred-odd files,
+    and writing the lists out per number made a file of tens of MB. `read_ledger` gives back the
+    in-memory form. Keys sorted, one line (the C encoder)."""
+    index: dict[tuple, int] = {}
+    by_object: dict[int, int] = {}  # build_ledger hands numbers with the same inputs the same list objects
+    lists: list[list[dict]] = []
+
+    def ref(files: list[dict]) -> int:
+        if id(files) not in by_object:
+            sig = tuple(tuple(sorted(f.items())) for f in files)
+            if sig not in index:
+                index[sig] = len(lists)
+                lists.append(files)
+            by_object[id(files)] = index[sig]
+        return by_object[id(files)]
+
+    numbers = {key: {**{k: v for k, v in e.items() if k not in LISTED}, **{f"{k}_list": ref(e.get(k, [])) for k in LISTED}}
+               for key, e in ledger["numbers"].items()}
+    out = {**{k: v for k, v in ledger.items() if k != "numbers"}, "numbers": numbers, "file_lists": lists}
+    atomic_write_text(path, json.dumps(out, sort_keys=True, separators=(",", ":")) + "\n")
+
+
+def read_ledger(path: str | Path) -> dict:
+    """The ledger as `build_ledger` returns it: every number with its own `inputs` and `raw` lists."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    lists = data.pop("file_lists")
+    data["numbers"] = {key: {**{k: v for k, v in e.items() if not k.endswith("_list")},
+                             **{k: lists[e[f"{k}_list"]] for k in LISTED}}
+                       for key, e in data["numbers"].items()}
+    return data

@@ -16,6 +16,7 @@ from markupsafe import Markup
 
 from ..manifest import Entry, read_manifest
 from ..numbers import Number, atomic_write_text, load_registry
+from ..provenance import build_ledger, read_ledger, write_ledger
 from .env import Renderer
 from .literals import refuse_literals
 
@@ -150,7 +151,7 @@ def render_from_snakemake(smk: Any, templates: str = "paper/templates", page_tem
     A template with a typed number stops the rule before anything is written."""
     refuse_literals(templates)
     registry = load_registry(smk.input.numbers)
-    ledger = json.loads(Path(smk.input.ledger).read_text(encoding="utf-8"))
+    ledger = read_ledger(smk.input.ledger)
     figures = {k: str(v) for k, v in smk.input.items() if k not in RESERVED_INPUTS}
     stamp = build_stamp(ledger["commit"], ledger["dirty"], version("snakemake"))
     used = render_document(
@@ -173,7 +174,6 @@ def publish_from_snakemake(smk: Any, templates: str = "paper/templates", page_te
     outputs are `<name>_md`, `<name>_html`, `<name>_prov`, `<name>_used`, `ledger`, `claims_md`,
     `claims_csv`. A template with a typed number stops the rule before anything is written."""
     from ..claims import load_claims, write_report_tables
-    from ..provenance import build_ledger, write_ledger
 
     refuse_literals(templates)
     registry = load_registry(smk.input.numbers)
