@@ -90,9 +90,13 @@ def begin(snakemake: Any) -> logging.Logger:
     return log
 
 
-def numbers_writer(snakemake: Any, topic: str) -> NumbersWriter:
-    """A writer stamped with the rule and its data inputs (the manifest and code excluded)."""
-    inputs = [p for p in _paths(snakemake.input) if not p.endswith(("MANIFEST.tsv", ".py")) and p != CODE_DIGEST]
+def numbers_writer(snakemake: Any, topic: str, exclude: Iterable[str] = ()) -> NumbersWriter:
+    """A writer stamped with the rule and its data inputs (the manifest and code excluded, and the
+    named inputs in `exclude`: another record set the same process analyses)."""
+    named = dict(snakemake.input.items())
+    skip = {p for name in exclude for p in _paths([named[name]])}
+    inputs = [p for p in _paths(snakemake.input)
+              if not p.endswith(("MANIFEST.tsv", ".py")) and p != CODE_DIGEST and p not in skip]
     return NumbersWriter(topic=topic, rule=snakemake.rule, inputs=inputs)
 
 

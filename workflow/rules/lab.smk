@@ -21,11 +21,14 @@ EXTRA_TARGETS.extend(["paper/lab.md", "paper/lab.html", "results/tables/lab_ttft
 
 # One process for the lab's records and what is drawn from them: numbers, tidy tables, the lab's
 # table and its figure (the table and the figure only split one computation).
+# One process for the lab's two record sets: the lab's own (published or replica: Table 1, the
+# figure, the simulator at the lab's sizes) and, where config names them (lab.records_cpu), the
+# lab measured on vLLM's CPU build (lablive.*: each request's tokens by source from the counters,
+# beside the simulator's prediction). Each set's numbers name only its own records.
 rule lab_numbers:
     message:
         "Lab: per-request TTFT, metrics per pass, LMCache log and the simulator at the lab's sizes -> lab.* numbers, "
-        "the lab's table and figure"
-    # off the longest chain (production -> counterfactual -> publish): fills the second core
+        "the lab's table and figure; the lab measured on vLLM's CPU build -> lablive.* numbers, table and figure"
     priority: -10
     input:
         code=PACKAGE_CODE,
@@ -37,6 +40,7 @@ rule lab_numbers:
         vllm_metrics=expand(f"{LAB_RUN}/vllm/metrics/{{snap}}.prom", snap=LAB_SNAPSHOTS),
         lmcache_metrics=expand(f"{LAB_RUN}/lmcache/metrics/{{snap}}.prom", snap=LAB_SNAPSHOTS),
         manifest=MANIFEST,
+        **({"live_records": lambda wc: lab_wf.pinned_under(MANIFEST, LAB_LIVE)} if LAB_LIVE else {}),
     output:
         numbers="results/numbers/lab.json",
         requests="results/tidy/lab_requests.csv",
@@ -44,6 +48,17 @@ rule lab_numbers:
         cpu_sweep="results/tidy/lab_cpu_sweep.csv",
         table=report("results/tables/lab_ttft.csv", caption="../report/lab_table.rst", category="The lab"),
         svg=report("figures/lab_ttft.svg", caption="../report/lab_ttft.rst", category="The lab"),
+        **(
+            {
+                "live_numbers": "results/numbers/lablive.json",
+                "live_table": "results/tables/lab_live.csv",
+                "live_svg": report("figures/lab_live.svg", caption="../report/lab_live.rst", category="The lab"),
+            }
+            if LAB_LIVE
+            else {}
+        ),
+    params:
+        live_run=LAB_LIVE,
     log:
         "logs/lab_numbers.log",
     benchmark:
@@ -52,31 +67,6 @@ rule lab_numbers:
         ANALYSIS_ENV
     script:
         "../scripts/lab_numbers.py"
-
-
-rule lab_live:
-    message:
-        "Lab measured on vLLM's CPU build: each request's tokens by source from the counters, beside the simulator's prediction"
-    # off the longest chain (production -> counterfactual -> publish): fills the second core
-    priority: -10
-    input:
-        code=PACKAGE_CODE,
-        records=lambda wc: lab_wf.pinned_under(MANIFEST, LAB_LIVE),
-        manifest=MANIFEST,
-    output:
-        numbers="results/numbers/lablive.json",
-        table="results/tables/lab_live.csv",
-        svg=report("figures/lab_live.svg", caption="../report/lab_live.rst", category="The lab"),
-    params:
-        run=LAB_LIVE,
-    log:
-        "logs/lab_live.log",
-    benchmark:
-        "results/benchmarks/lab_live.tsv"
-    conda:
-        ANALYSIS_ENV
-    script:
-        "../scripts/lab_live.py"
 
 
 rule lab_cyclic:

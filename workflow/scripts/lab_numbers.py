@@ -1,9 +1,11 @@
 """Rule lab_numbers: the lab's records -> results/numbers/lab.json, its tidy tables, the lab's
-table (results/tables/lab_ttft.csv) and figure (figures/lab_ttft.svg)."""
+table (results/tables/lab_ttft.csv) and figure (figures/lab_ttft.svg); and, where config names
+them, the lab measured on vLLM's CPU build -> lablive.* numbers, per-request table, figure."""
 from pathlib import Path
 
 import pandas as pd
 
+from kvtier.lab import live
 from kvtier.lab.analysis import LabInputs, analyse
 from kvtier.lab.figure import ttft_figure
 from kvtier.lab.table import lab_table
@@ -14,14 +16,16 @@ from kvtier.snake import begin, numbers_writer
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 log = begin(smk)
-writer = numbers_writer(smk, "lab")
+LIVE = "live_records"  # the CPU build's records: read only by the second part
+writer = numbers_writer(smk, "lab", exclude=[LIVE] if smk.params.live_run else [])
 inputs = LabInputs(
     run=smk.input.run, requests=smk.input.requests, model=smk.input.model,
     logs={"vllm": smk.input.vllm_log, "lmcache": smk.input.lmcache_log},
     metrics={"vllm": str(Path(smk.input.vllm_metrics[0]).parent), "lmcache": str(Path(smk.input.lmcache_metrics[0]).parent)},
 )
 tables = analyse(inputs, writer)
-raw = [p for p in map(str, smk.input) if p.startswith("raw/") and not p.endswith("MANIFEST.tsv")]
+live_raw = set(map(str, smk.input.get(LIVE, [])))
+raw = [p for p in map(str, smk.input) if p.startswith("raw/") and not p.endswith("MANIFEST.tsv") and p not in live_raw]
 for frame, out in ((tables.requests, smk.output.requests), (tables.passes, smk.output.passes), (tables.cpu_sweep, smk.output.cpu_sweep)):
     frame.to_csv(out, index=False)
     write_sidecar(out, smk.rule, raw)
@@ -39,3 +43,15 @@ classes = {entries[p].klass for p in raw_sources(smk.output.requests) if p in en
 label = "measured" if classes == {"measured"} else f"{'/'.join(sorted(classes)) or 'unlisted'} records"
 ttft_figure(pd.read_csv(smk.output.requests), smk.output.svg, bar_label=label)
 log.info("wrote %s (bars: %s)", smk.output.svg, label)
+
+# the lab measured on vLLM's CPU build: its own records only
+if smk.params.live_run:
+    run_dir = smk.params.live_run
+    table = live.predict(run_dir, live.request_sources(run_dir))
+    table.to_csv(smk.output.live_table, index=False)
+    write_sidecar(smk.output.live_table, smk.rule, [p for p in sorted(live_raw) if p.startswith("raw/")])
+    live_writer = numbers_writer(smk, "lablive", exclude=[name for name in dict(smk.input.items()) if name != LIVE])
+    live.register_numbers(live_writer, table)
+    live_writer.write(smk.output.live_numbers)
+    live.figure(table, smk.output.live_svg)
+    log.info("CPU build: %d of %d requests predicted exactly", int(table.agrees.sum()), len(table))
