@@ -1,9 +1,9 @@
 # Production, per setup (note: Setup, Results, Table 2, Figure 1b, Recommendations, appendix):
 #   /metrics snapshot + server log + host facts (+ headroom, cold reads where a setup has them)
-#   -> its numbers, tidy restores, Table 2 and Figure 1b (one rule, one process). Every setup runs the same rules; what
+#   -> its numbers, tidy restores, Table 2 and Figure 1b (one rule, one process for all setups). Every setup runs the same rules; what
 #   differs is settings (config production.setups). The data contract runs at ingest
 #   (kvtier.production.contract).
-from kvtier.production.setups import file_of, settings as setup_settings
+from kvtier.production.setups import FILES as SETUP_FILES, settings as setup_settings
 from kvtier.replay import opt_in_capture as replay_opt_in, tier_args as replay_tier_args
 
 PROD = config["production"]
@@ -14,24 +14,34 @@ wildcard_constraints:
     setup="|".join(PROD_SETUPS),
 
 
+# each setup's outputs: kind -> (path, report caption or None)
+PRODUCTION_OUTPUTS = {
+    "numbers": ("results/numbers/production_{setup}.json", None),
+    "restores": ("results/tidy/production_{setup}_restores.csv", None),
+    "repairs": ("results/tidy/production_{setup}_contract.csv", None),
+    "hours": ("results/tidy/production_{setup}_hours.csv", None),
+    "method": ("results/tidy/production_{setup}_method.csv", None),
+    "table2": ("results/tables/table2_{setup}.csv", "table2"),
+    "svg": ("figures/fig1b_{setup}.svg", "fig1b"),
+    "bins": ("results/tidy/production_{setup}_fig1b_bins.csv", None),
+}
+
 for _setup in PROD_SETUPS:
     NUMBERS.append(f"results/numbers/production_{_setup}.json")
     FIGURES[f"fig1b_{_setup}"] = f"figures/fig1b_{_setup}.svg"
     EXTRA_TARGETS.extend([f"results/tables/table2_{_setup}.csv", f"results/tidy/production_{_setup}_fig1b_bins.csv"])
 
 
+# One process for every setup (the imports once; each setup's records parsed once): its inputs and
+# outputs are named <setup>_<kind>, and each setup's numbers and tables name only its own files.
 rule production_numbers:
     message:
-        "Production (setup {wildcards.setup}): check and parse /metrics and the server log -> numbers, Table 2, Figure 1b"
+        "Production ({params.names}): check and parse /metrics and the server log -> numbers, Table 2, Figure 1b per setup"
+    # on the longest chain (production -> counterfactual -> publish): runs as soon as it can
+    priority: 10
     input:
         code=PACKAGE_CODE,
-        metrics=file_of(PROD, "metrics"),
-        log=file_of(PROD, "log"),
-        host=file_of(PROD, "host"),
-        headroom=file_of(PROD, "headroom"),
-        coldreads=file_of(PROD, "coldreads"),
-        capture_run=file_of(PROD, "capture_run"),
-        capture_client=file_of(PROD, "capture_client"),
+        **{f"{s}_{kind}": PROD_SETUPS[s][kind] for s in PROD_SETUPS for kind in SETUP_FILES if PROD_SETUPS[s].get(kind)},
         # the restore correction is measured by the eviction test on the same server: its pinned
         # records are read directly (not the eviction rule's tables), so both rules run in parallel
         evict_records=EVICT_RECORDS,
@@ -39,21 +49,23 @@ rule production_numbers:
         request_schema="workflow/schemas/eviction-request.schema.yaml",
         manifest=MANIFEST,
     output:
-        numbers="results/numbers/production_{setup}.json",
-        restores="results/tidy/production_{setup}_restores.csv",
-        repairs="results/tidy/production_{setup}_contract.csv",
-        hours="results/tidy/production_{setup}_hours.csv",
-        method="results/tidy/production_{setup}_method.csv",
-        table2=report("results/tables/table2_{setup}.csv", caption="../report/table2.rst", category="The note"),
-        svg=report("figures/fig1b_{setup}.svg", caption="../report/fig1b.rst", category="The note"),
-        bins="results/tidy/production_{setup}_fig1b_bins.csv",
+        **{
+            f"{s}_{kind}": (
+                report(path.format(setup=s), caption=f"../report/{caption}.rst", category="The note")
+                if caption
+                else path.format(setup=s)
+            )
+            for s in PROD_SETUPS
+            for kind, (path, caption) in PRODUCTION_OUTPUTS.items()
+        },
     params:
-        settings=lambda wc: setup_settings(PROD, wc.setup),
-        figure_id=lambda wc: f"fig1b_{wc.setup}",
+        setups=list(PROD_SETUPS),
+        names=", ".join(PROD_SETUPS),
+        settings={s: setup_settings(PROD, s) for s in PROD_SETUPS},
     log:
-        "logs/production_numbers_{setup}.log",
+        "logs/production_numbers.log",
     benchmark:
-        "results/benchmarks/production_numbers_{setup}.tsv"
+        "results/benchmarks/production_numbers.tsv"
     conda:
         ANALYSIS_ENV
     script:
