@@ -93,30 +93,58 @@ def _draws(rng: np.random.Generator, sessions: int, max_turns: int) -> _Draws:
                   rng.standard_normal((sessions, max_turns)), rng.standard_normal((sessions, max_turns)))
 
 
-def _prompts(p: AgenticParams, d: _Draws, t: Targets, trim: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Per-session prompt sizes (sessions x turns, NaN after a session ends) and answer lengths.
-    `trim`: drop the trailing turns no session reaches (the fit's moments read only live turns,
-    so they are the same; `draw` keeps the full shape, which its later dice depend on)."""
+def _turns(p: AgenticParams, d: _Draws) -> np.ndarray:
+    """Turns each session is drawn to have (geometric, capped at the draw's width; floats)."""
     sessions, max_turns = d.z_growth.shape
     q = 1.0 / max(p.turns_mean, 1.0)
     if q < 1:
         turns = 1 + np.floor(d.fixed(("log_u",), lambda: np.log(d.u_turns)) / np.log1p(-q))
     else:
         turns = np.ones(sessions)
-    turns = np.minimum(turns, max_turns)
-    cols = int(max(turns.max(), 1)) if trim else max_turns
+    return np.minimum(turns, max_turns)
+
+
+def _grow(p: AgenticParams, d: _Draws, t: Targets, turns: np.ndarray, prompts: np.ndarray,
+          total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Prompt sizes written into `prompts` (sessions x cols, every cell: no NaN), the answers'
+    view, and the live turns per session (floats): a session ends after its drawn turns or at its
+    first overflow (prompt + answer past the context), whichever comes first. `total`: a buffer of
+    prompts' shape for prompt + answer.
+
+    The live turns are the length of the prefix where (turn < turns) & (prompt + answer <= the
+    context) holds, as `np.logical_and.accumulate` of that mask finds it (the same cells, no
+    floating-point operation differs): the first cell that fails is the first overflow or the
+    last drawn turn."""
+    sessions, cols = prompts.shape
     first = p.system_tokens + p.first_prompt_median * np.exp(p.first_prompt_sigma * d.z_first)
     # log-normal with the observed mean
     out = d.fixed(("out", t.mean_output), lambda: t.mean_output * np.exp(0.8 * d.z_output - 0.32))[:, :cols]
     unit_growth = d.fixed(("growth", p.growth_sigma), lambda: np.exp(p.growth_sigma * d.z_growth[:, :-1]))
-    prompts = np.empty((sessions, cols))
     prompts[:, 0] = first
     np.multiply(p.growth_median, unit_growth[:, :cols - 1], out=prompts[:, 1:])
     prompts[:, 1:] += out[:, :-1]
     np.cumsum(prompts, axis=1, out=prompts)
-    alive = (np.arange(cols)[None, :] < turns[:, None]) & (prompts + out <= t.max_model_len)
-    alive = np.logical_and.accumulate(alive, axis=1)  # a session ends at its first overflow
-    prompts[~alive] = np.nan
+    np.add(prompts, out, out=total)
+    fits = total <= t.max_model_len
+    overflow = np.where(fits.all(axis=1), cols, fits.argmin(axis=1))  # first turn past the context
+    return out, np.minimum(turns, overflow)
+
+
+def _alive(live: np.ndarray, cols: int) -> np.ndarray:
+    """The cells (sessions x cols) of the live turns."""
+    return np.arange(cols)[None, :] < live[:, None]
+
+
+def _prompts(p: AgenticParams, d: _Draws, t: Targets, trim: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Per-session prompt sizes (sessions x turns, NaN after a session ends) and answer lengths.
+    `trim`: drop the trailing turns no session reaches (the fit's moments read only live turns,
+    so they are the same; `draw` keeps the full shape, which its later dice depend on)."""
+    sessions, max_turns = d.z_growth.shape
+    turns = _turns(p, d)
+    cols = int(max(turns.max(), 1)) if trim else max_turns
+    prompts = np.empty((sessions, cols))
+    out, live = _grow(p, d, t, turns, prompts, np.empty((sessions, cols)))
+    prompts[~_alive(live, cols)] = np.nan
     return prompts, out
 
 
@@ -130,11 +158,28 @@ def reusable_share(prompts: np.ndarray, out: np.ndarray, system_tokens: int) -> 
 
 
 def _moments(p: AgenticParams, d: _Draws, t: Targets) -> np.ndarray:
-    """Relative error of the mean prompt, errors of the two shares, and the reusable share."""
-    pr, out = _prompts(p, d, t, trim=True)
-    x = pr[~np.isnan(pr)]
+    """Relative error of the mean prompt, errors of the two shares, and the reusable share.
+
+    The fit's hot loop (some 150 calls per fit), so it works in buffers kept on the draw and reads
+    the live cells through one mask, never through NaNs: `_prompts(trim=True)` and
+    `reusable_share`'s values, element by element and summed in the same order (the Nelder-Mead
+    path changes with the last bit of a moment; tests/test_cf_workloads.py compares the two)."""
+    sessions, max_turns = d.z_growth.shape
+    turns = _turns(p, d)
+    cols = int(max(turns.max(), 1))
+    buffers = d.fixed(("buffers",), lambda: np.empty((3, sessions * max_turns)))
+    pr, total, reuse = (b[:sessions * cols].reshape(sessions, cols) for b in buffers)
+    out, live = _grow(p, d, t, turns, pr, total)
+    alive = _alive(live, cols)
+    x = pr[alive]
+    # reusable_share: the system prefix on a first turn, else min(previous prompt + answer, prompt);
+    # a live turn's previous turn is live, so the cells the mask reads are those it computes
+    reuse[:, 0] = float(p.system_tokens)
+    np.add(pr[:, :-1], out[:, :-1], out=reuse[:, 1:])
+    np.minimum(reuse[:, 1:], pr[:, 1:], out=reuse[:, 1:])
+    share = float(reuse[alive].sum() / x.sum())
     return np.array([x.mean() / t.mean_prompt - 1, (x > t.low_edge).mean() - t.share_above_200k,
-                     (x > t.high_edge).mean() - t.share_above_500k, reusable_share(pr, out, p.system_tokens)])
+                     (x > t.high_edge).mean() - t.share_above_500k, share])
 
 
 @lru_cache(maxsize=4)
