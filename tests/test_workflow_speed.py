@@ -58,6 +58,31 @@ def test_prompt_model_and_fit_moments_equal_the_plain_computation_bit_for_bit(se
         assert syn._moments(p, d, t).tobytes() == want_bits and syn._moments(p, d, t).tobytes() == want_bits
 
 
+@pytest.mark.parametrize("block_tokens", [1_600, 512, 4_000])  # 4,000: no block inside the system prefix
+def test_assembled_block_ids_are_the_plain_per_request_ones(block_tokens: int) -> None:
+    """assemble's ids, built as runs of consecutive ids, against a loop over the requests: the
+    shared system prefix's blocks 0 .. S - 1, then the session's own blocks from its base id
+    (sessions numbered in draw order, each as many own ids as its longest kept prompt needs)."""
+    from kvtier.coldread import ColdReadModel
+
+    t = dataclasses.replace(TARGETS, requests=300, max_model_len=300_000)
+    p = syn.AgenticParams(first_prompt_median=30_000, growth_median=4_000, turns_mean=6, think_median_s=30)
+    model = ColdReadModel(np.array([0.0, 1e6]), np.array([0.0, 10.0]))
+    w = syn.assemble(syn.draw(t, p, model, np.ones(6), seed=4), p.think_median_s, block_tokens)
+    flat, labels = w.requests.flat, w.requests.labels
+    S = p.system_tokens // block_tokens
+    session = [int(str(label)[1:].split("t")[0]) for label in labels]
+    n = (flat.tokens // block_tokens).tolist()
+    own: dict[int, int] = {}
+    for sess, blocks in zip(session, n):
+        own[sess] = max(own.get(sess, 0), blocks - S, 0)
+    base, next_id = {}, S
+    for sess in sorted(own):
+        base[sess], next_id = next_id, next_id + own[sess]
+    want = [i for sess, blocks in zip(session, n) for i in [*range(min(blocks, S)), *range(base[sess], base[sess] + blocks - S)]]
+    assert flat.ids.dtype == np.int64 and flat.ids.tolist() == want and flat.universe == next_id
+
+
 def test_normal_quantile_is_scipy_stats_norm_ppf() -> None:
     from scipy import stats
 

@@ -325,12 +325,20 @@ def assemble(d: Draw, think_median_s: float, block_tokens: int) -> Workload:
     n = tokens // B
     offsets = np.zeros(len(n) + 1, dtype=np.int64)
     np.cumsum(n, out=offsets[1:])
-    req = np.repeat(np.arange(len(n)), n)
-    pos = np.arange(offsets[-1], dtype=np.int64) - offsets[req]
     own = np.zeros(sessions + 1, dtype=np.int64)  # blocks past the system prefix, per session
     np.maximum.at(own, s + 1, np.maximum(n - S, 0))
     base = S + np.cumsum(own)[:-1]  # first id of each session's own blocks
-    ids = np.where(pos < S, pos, base[s][req] + pos - S)
+    # request r's ids: 0 .. S - 1 (its blocks inside the system prefix), then base[s] onwards; each
+    # run of consecutive ids as (position in `ids`) - (that position less the run's first id), so a
+    # pass per array over the 10^6 block ids rather than per block gathers of request and session
+    head = np.minimum(n, S)
+    starts = np.empty(2 * len(n), dtype=np.int64)  # per request: its head run, then its own run
+    starts[0::2] = offsets[:-1]
+    starts[1::2] = offsets[:-1] + head - base[s]
+    lengths = np.empty(2 * len(n), dtype=np.int64)
+    lengths[0::2], lengths[1::2] = head, n - head
+    ids = np.arange(offsets[-1], dtype=np.int64)
+    ids -= np.repeat(starts, lengths)
     kv = tokens + np.maximum(outs - 1, 0)  # the last sampled token is never fed back
     flat = Flat(ids, offsets, tokens, np.minimum(n, (tokens - 1) // B), (kv % B != 0).astype(np.int64),
                 np.maximum(kv // B - n, 0), int(S + own.sum()))
