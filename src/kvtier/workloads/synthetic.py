@@ -93,45 +93,52 @@ def _draws(rng: np.random.Generator, sessions: int, max_turns: int) -> _Draws:
                   rng.standard_normal((sessions, max_turns)), rng.standard_normal((sessions, max_turns)))
 
 
-def _turns(p: AgenticParams, d: _Draws) -> np.ndarray:
-    """Turns each session is drawn to have (geometric, capped at the draw's width; floats)."""
-    sessions, max_turns = d.z_growth.shape
+def _turns(p: AgenticParams, log_u: np.ndarray, max_turns: int) -> np.ndarray:
+    """Turns each session is drawn to have (geometric, from log(u), capped at the draw's width; floats)."""
     q = 1.0 / max(p.turns_mean, 1.0)
-    if q < 1:
-        turns = 1 + np.floor(d.fixed(("log_u",), lambda: np.log(d.u_turns)) / np.log1p(-q))
-    else:
-        turns = np.ones(sessions)
+    turns = 1 + np.floor(log_u / np.log1p(-q)) if q < 1 else np.ones(len(log_u))
     return np.minimum(turns, max_turns)
 
 
-def _grow(p: AgenticParams, d: _Draws, t: Targets, turns: np.ndarray, prompts: np.ndarray,
-          total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Prompt sizes written into `prompts` (sessions x cols, every cell: no NaN), the answers'
-    view, and the live turns per session (floats): a session ends after its drawn turns or at its
-    first overflow (prompt + answer past the context), whichever comes first. `total`: a buffer of
-    prompts' shape for prompt + answer.
+def _first(p: AgenticParams, z_first: np.ndarray) -> np.ndarray:
+    return p.system_tokens + p.first_prompt_median * np.exp(p.first_prompt_sigma * z_first)
+
+
+def _out(d: _Draws, t: Targets) -> np.ndarray:
+    """Answer lengths: log-normal with the observed mean."""
+    return d.fixed(("out", t.mean_output), lambda: t.mean_output * np.exp(0.8 * d.z_output - 0.32))
+
+
+def _unit_growth(d: _Draws, p: AgenticParams) -> np.ndarray:
+    return d.fixed(("growth", p.growth_sigma), lambda: np.exp(p.growth_sigma * d.z_growth[:, :-1]))
+
+
+def _grow(p: AgenticParams, first: np.ndarray, out: np.ndarray, unit_growth: np.ndarray, turns: np.ndarray,
+          max_model_len: int, prompts: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """Prompt sizes of some sessions (rows) written into `prompts` (rows x cols, every cell: no
+    NaN); returns their live turns (floats): a session ends after its drawn turns or at its first
+    overflow (prompt + answer past the context), whichever comes first. `total`: a buffer of
+    prompts' shape. Rows are independent: a row's cells are the same whichever rows and however
+    many columns (at least its turns) are computed with it.
 
     The live turns are the length of the prefix where (turn < turns) & (prompt + answer <= the
     context) holds, as `np.logical_and.accumulate` of that mask finds it (the same cells, no
     floating-point operation differs): the first cell that fails is the first overflow or the
     last drawn turn."""
-    sessions, cols = prompts.shape
-    first = p.system_tokens + p.first_prompt_median * np.exp(p.first_prompt_sigma * d.z_first)
-    # log-normal with the observed mean
-    out = d.fixed(("out", t.mean_output), lambda: t.mean_output * np.exp(0.8 * d.z_output - 0.32))[:, :cols]
-    unit_growth = d.fixed(("growth", p.growth_sigma), lambda: np.exp(p.growth_sigma * d.z_growth[:, :-1]))
+    cols = prompts.shape[1]
+    out = out[:, :cols]
     prompts[:, 0] = first
     np.multiply(p.growth_median, unit_growth[:, :cols - 1], out=prompts[:, 1:])
     prompts[:, 1:] += out[:, :-1]
     np.cumsum(prompts, axis=1, out=prompts)
     np.add(prompts, out, out=total)
-    fits = total <= t.max_model_len
+    fits = total <= max_model_len
     overflow = np.where(fits.all(axis=1), cols, fits.argmin(axis=1))  # first turn past the context
-    return out, np.minimum(turns, overflow)
+    return np.minimum(turns, overflow)
 
 
 def _alive(live: np.ndarray, cols: int) -> np.ndarray:
-    """The cells (sessions x cols) of the live turns."""
+    """The cells (rows x cols) of the live turns."""
     return np.arange(cols)[None, :] < live[:, None]
 
 
@@ -140,12 +147,13 @@ def _prompts(p: AgenticParams, d: _Draws, t: Targets, trim: bool = False) -> tup
     `trim`: drop the trailing turns no session reaches (the fit's moments read only live turns,
     so they are the same; `draw` keeps the full shape, which its later dice depend on)."""
     sessions, max_turns = d.z_growth.shape
-    turns = _turns(p, d)
+    turns = _turns(p, d.fixed(("log_u",), lambda: np.log(d.u_turns)), max_turns)
     cols = int(max(turns.max(), 1)) if trim else max_turns
     prompts = np.empty((sessions, cols))
-    out, live = _grow(p, d, t, turns, prompts, np.empty((sessions, cols)))
+    live = _grow(p, _first(p, d.z_first), _out(d, t), _unit_growth(d, p), turns, t.max_model_len, prompts,
+                 np.empty((sessions, cols)))
     prompts[~_alive(live, cols)] = np.nan
-    return prompts, out
+    return prompts, _out(d, t)[:, :cols]
 
 
 def reusable_share(prompts: np.ndarray, out: np.ndarray, system_tokens: int) -> float:
@@ -157,27 +165,73 @@ def reusable_share(prompts: np.ndarray, out: np.ndarray, system_tokens: int) -> 
     return float(reuse[alive].sum() / prompts[alive].sum())
 
 
+# the fit's sessions, longest drawn last, in bands of these shares of the draw (each band as wide as
+# its longest session): the few long sessions of the geometric tail no longer widen every row
+BANDS = (0.5, 0.75, 0.875, 0.9375, 0.97)
+
+
+@dataclass(frozen=True)
+class _Banded:
+    """A fit draw's dice, sessions sorted by drawn length (u descending: more turns at every mean),
+    cut into bands; `rank`: each session's row in that order."""
+
+    order: np.ndarray
+    rank: np.ndarray
+    edges: tuple[int, ...]
+    log_u: np.ndarray
+    z_first: np.ndarray
+    buffers: np.ndarray  # prompts, prompt + answer, reusable tokens; each band's cells in turn
+
+
+def _banded(d: _Draws) -> _Banded:
+    sessions, max_turns = d.z_growth.shape
+    order = np.argsort(-d.u_turns, kind="stable")
+    rank = np.empty(sessions, dtype=np.int64)
+    rank[order] = np.arange(sessions)
+    edges = (0, *sorted({int(f * sessions) for f in BANDS} - {0, sessions}), sessions)
+    return _Banded(order, rank, edges, d.fixed(("log_u",), lambda: np.log(d.u_turns))[order], d.z_first[order],
+                   np.empty((3, sessions * max_turns)))
+
+
 def _moments(p: AgenticParams, d: _Draws, t: Targets) -> np.ndarray:
     """Relative error of the mean prompt, errors of the two shares, and the reusable share.
 
-    The fit's hot loop (some 150 calls per fit), so it works in buffers kept on the draw and reads
-    the live cells through one mask, never through NaNs: `_prompts(trim=True)` and
-    `reusable_share`'s values, element by element and summed in the same order (the Nelder-Mead
-    path changes with the last bit of a moment; tests/test_cf_workloads.py compares the two)."""
-    sessions, max_turns = d.z_growth.shape
-    turns = _turns(p, d)
-    cols = int(max(turns.max(), 1))
-    buffers = d.fixed(("buffers",), lambda: np.empty((3, sessions * max_turns)))
-    pr, total, reuse = (b[:sessions * cols].reshape(sessions, cols) for b in buffers)
-    out, live = _grow(p, d, t, turns, pr, total)
-    alive = _alive(live, cols)
-    x = pr[alive]
-    # reusable_share: the system prefix on a first turn, else min(previous prompt + answer, prompt);
-    # a live turn's previous turn is live, so the cells the mask reads are those it computes
-    reuse[:, 0] = float(p.system_tokens)
-    np.add(pr[:, :-1], out[:, :-1], out=reuse[:, 1:])
-    np.minimum(reuse[:, 1:], pr[:, 1:], out=reuse[:, 1:])
-    share = float(reuse[alive].sum() / x.sum())
+    The fit's hot loop (some 150 calls per fit), so it computes each band of sessions (`_Banded`)
+    only as wide as its longest one, in buffers kept on the draw, reads the live cells through one
+    mask, never through NaNs, and puts them back in session order before anything is summed:
+    `_prompts(trim=True)` and `reusable_share`'s values, element by element and summed in the
+    same order (the Nelder-Mead path changes with the last bit of a moment;
+    tests/test_workflow_speed.py compares the two)."""
+    max_turns = d.z_growth.shape[1]
+    b = d.fixed(("banded",), lambda: _banded(d))
+    turns = _turns(p, b.log_u, max_turns)  # sorted: elementwise, the sessions' own turns
+    first = _first(p, b.z_first)
+    out = d.fixed(("out sorted", t.mean_output), lambda: _out(d, t)[b.order])
+    unit_growth = d.fixed(("growth sorted", p.growth_sigma), lambda: _unit_growth(d, p)[b.order])
+    xs, reuses, lives = [], [], []
+    used = 0
+    for r0, r1 in zip(b.edges[:-1], b.edges[1:]):
+        cols = int(max(turns[r0:r1].max(), 1))
+        pr, total, reuse = (buf[used:used + (r1 - r0) * cols].reshape(r1 - r0, cols) for buf in b.buffers)
+        used += (r1 - r0) * cols
+        o = out[r0:r1, :cols]
+        live = _grow(p, first[r0:r1], o, unit_growth[r0:r1], turns[r0:r1], t.max_model_len, pr, total)
+        alive = _alive(live, cols)
+        # reusable_share: the system prefix on a first turn, else min(previous prompt + answer, prompt);
+        # a live turn's previous turn is live, so the cells the mask reads are those it computes
+        reuse[:, 0] = float(p.system_tokens)
+        np.add(pr[:, :-1], o[:, :-1], out=reuse[:, 1:])
+        np.minimum(reuse[:, 1:], pr[:, 1:], out=reuse[:, 1:])
+        xs.append(pr[alive])
+        reuses.append(reuse[alive])
+        lives.append(live)
+    # back to session order: session i's live cells follow those of sessions 0 .. i - 1
+    n_sorted = np.concatenate(lives).astype(np.int64)
+    n = n_sorted[b.rank]
+    start_sorted, start = np.cumsum(n_sorted) - n_sorted, np.cumsum(n) - n
+    where = np.repeat(start_sorted[b.rank] - start, n) + np.arange(int(n.sum()))
+    x = np.concatenate(xs)[where]
+    share = float(np.concatenate(reuses)[where].sum() / x.sum())
     return np.array([x.mean() / t.mean_prompt - 1, (x > t.low_edge).mean() - t.share_above_200k,
                      (x > t.high_edge).mean() - t.share_above_500k, share])
 
