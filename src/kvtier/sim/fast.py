@@ -120,6 +120,9 @@ def replay_flat(flat: Flat, gpu_blocks: int, block_tokens: int, *, cpu_chunks: i
     except ImportError as e:  # the extension is built by `pip install -e .`
         raise ImportError(f"kvtier's compiled simulator core is not built ({e}); run `pip install -e .` "
                           "in the repository (it needs a C compiler)") from None
+    if "out_stored" not in (_core.replay.__doc__ or ""):  # a build of an older _core.c
+        raise ImportError("kvtier's compiled simulator core was built from an older _core.c (no stored chunks); "
+                          "run `pip install -e .` in the repository to rebuild it")
     R = len(flat)
     g, loaded, chunks, stored = (np.zeros(R, dtype=np.int64) for _ in range(4))
     c = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
