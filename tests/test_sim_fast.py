@@ -38,10 +38,18 @@ def _stream(seed: int, n: int = 500) -> list[Request]:
 
 
 def _same(reqs: list[Request], gpu: int, B: int, **kw) -> None:
-    want = TieredCache(gpu, B, **kw).replay(reqs)
-    got = fast.replay(reqs, gpu, B, **kw)
+    """Equal outcomes on every request, and equal chunks stored by every request (the reference
+    counts them in TieredCache.stored_chunks, read after each request)."""
+    cache = TieredCache(gpu, B, **kw)
+    want, stored = [], []
+    for r in reqs:
+        want.append(cache.access(r))
+        stored.append(cache.stored_chunks)
+    cols = fast.replay_flat(fast.flatten(reqs), gpu, B, **kw)
+    got = cols.outcomes([r.label for r in reqs])
     bad = [i for i, (a, b) in enumerate(zip(want, got)) if a != b]
-    assert not bad, f"{len(bad)} of {len(reqs)} differ; first {bad[0]}: {want[bad[0]]} vs {got[bad[0]]}"
+    assert len(got) == len(want) and not bad, f"{len(bad)} of {len(reqs)} differ; first {bad[0]}: {want[bad[0]]} vs {got[bad[0]]}"
+    assert np.cumsum(cols.stored_chunks).tolist() == stored
 
 
 @pytest.mark.parametrize("flavor, policy", CASES)
@@ -89,3 +97,18 @@ def test_counterfactual_workload(policy: str, pool: int | None) -> None:
     w = build(targets, AgenticParams(first_prompt_median=50_000, growth_median=3_000, turns_mean=15, think_median_s=60),
               model_from_csv(REPO / "raw/production/C/coldreads.csv"), np.ones(8), 1_600, seed=2)
     _same(w.requests, 1_320, 1_600, cpu_chunks=pool, chunk_blocks=1, policy=policy, flavor="vllm")
+
+
+@pytest.mark.parametrize("high", [5, 300, 10**12])  # the table of present ids (small ids) and the sort
+def test_dense_ids_are_the_ranks_np_unique_gives(high: int) -> None:
+    ids = np.random.default_rng(high).integers(0, high, 600)
+    n, dense = fast.dense_ids(ids)
+    uniq, inv = np.unique(ids, return_inverse=True)
+    assert n == len(uniq) and dense.dtype == np.int64 and np.array_equal(dense, inv)
+
+
+def test_refuses_an_id_listed_twice_naming_the_first_such_request() -> None:
+    ok = [Request((1, 2, 3), 48, max_hit=2), Request((3, 4), 32, max_hit=1)]
+    with pytest.raises(ValueError, match="request 2 lists"):
+        fast.flatten(ok + [Request((5, 6, 5), 48, max_hit=2), Request((7, 7), 32, max_hit=1)])
+    fast.flatten(ok)

@@ -237,3 +237,26 @@ def test_the_pinned_sweep_is_consistent_and_the_overlap_matters():
             return max(abs(s[f"share_{src}"] - m[f"share_{src}"]) for src in sweep.SOURCES)
 
         assert gap("simulated") < gap("sequential"), x.run.path
+
+
+def test_the_compiled_one_at_a_time_replay_is_tieredcaches_on_every_pinned_run():
+    """sweep.sequential replays each run by the compiled loop (kvtier.sim.fast); on every pinned run
+    it must give TieredCache's outcome on every request, and the same chunks stored, or the
+    sequential columns and sweepcpu.run.*.sequential.* would change with the speed-up."""
+    runs = yaml.safe_load((REPO / "config" / "config.yaml").read_text())["sweep"]["runs"]
+    if not runs:
+        pytest.skip("config sweep.runs is empty")
+    assert len(runs) == 5
+    for d in runs:
+        run = sweep.read_run(REPO / d)
+        reqs = sweep.stream(run)
+        got, got_stored = sweep.sequential(run, reqs)
+        s = run.shape
+        cache = TieredCache(int(s["kv_blocks"]) - 1, int(s["block_tokens"]), cpu_chunks=s["cpu_chunks"],
+                            chunk_blocks=s["chunk_blocks"] or 1, flavor="vllm")
+        want = cache.replay(reqs)
+        assert got == sweep.sequential_reference(run, reqs)[0]
+        assert list(zip(got["gpu"], got["pool"], got["computed"])) == [(o.gpu_tokens, o.cpu_tokens, o.computed_tokens)
+                                                                      for o in want], d
+        assert got_stored == cache.stored_chunks, d
+        assert len(want) == len(run.requests)

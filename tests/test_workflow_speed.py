@@ -3,6 +3,7 @@ the plain computation it replaces (issue 14)."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import io
 import os
@@ -36,20 +37,50 @@ def _prompts_plain(p: syn.AgenticParams, d: syn._Draws, t: syn.Targets) -> tuple
     return np.where(alive, prompts, np.nan), out
 
 
+@pytest.mark.parametrize("context", [1_000_000, 131_072, 32_768])  # the smaller ones: many sessions end at an overflow
 @pytest.mark.parametrize("seed", [0, 5, 11])
-def test_prompt_model_and_fit_moments_equal_the_plain_computation_bit_for_bit(seed: int) -> None:
+def test_prompt_model_and_fit_moments_equal_the_plain_computation_bit_for_bit(seed: int, context: int) -> None:
     rng = np.random.default_rng(seed)
     d = syn._draws(np.random.default_rng(seed), 400, 100)
+    t = dataclasses.replace(TARGETS, max_model_len=context)
     for _ in range(6):
         p = syn.AgenticParams(first_prompt_median=float(np.exp(rng.uniform(8, 12))), first_prompt_sigma=float(rng.uniform(0.2, 3)),
                               growth_median=float(np.exp(rng.uniform(4, 10))), turns_mean=float(1 + np.exp(rng.uniform(-2, 4))))
-        plain, out = _prompts_plain(p, d, TARGETS)
-        fast, fast_out = syn._prompts(p, d, TARGETS)
+        plain, out = _prompts_plain(p, d, t)
+        fast, fast_out = syn._prompts(p, d, t)
         assert np.array_equal(plain, fast, equal_nan=True) and np.array_equal(out, fast_out)
         x = plain[~np.isnan(plain)]
-        want = [x.mean() / TARGETS.mean_prompt - 1, (x > TARGETS.low_edge).mean() - TARGETS.share_above_200k,
-                (x > TARGETS.high_edge).mean() - TARGETS.share_above_500k, syn.reusable_share(plain, out, p.system_tokens)]
-        assert syn._moments(p, d, TARGETS).tolist() == want  # trimmed dead turns change nothing
+        want = [x.mean() / t.mean_prompt - 1, (x > t.low_edge).mean() - t.share_above_200k,
+                (x > t.high_edge).mean() - t.share_above_500k, syn.reusable_share(plain, out, p.system_tokens)]
+        # trimmed dead turns, the buffers and the mask read in place of NaNs change nothing; twice: the
+        # buffers kept on the draw carry nothing from one evaluation to the next
+        want_bits = np.array(want).tobytes()  # bit for bit (a session set that all overflows gives NaNs)
+        assert syn._moments(p, d, t).tobytes() == want_bits and syn._moments(p, d, t).tobytes() == want_bits
+
+
+@pytest.mark.parametrize("block_tokens", [1_600, 512, 4_000])  # 4,000: no block inside the system prefix
+def test_assembled_block_ids_are_the_plain_per_request_ones(block_tokens: int) -> None:
+    """assemble's ids, built as runs of consecutive ids, against a loop over the requests: the
+    shared system prefix's blocks 0 .. S - 1, then the session's own blocks from its base id
+    (sessions numbered in draw order, each as many own ids as its longest kept prompt needs)."""
+    from kvtier.coldread import ColdReadModel
+
+    t = dataclasses.replace(TARGETS, requests=300, max_model_len=300_000)
+    p = syn.AgenticParams(first_prompt_median=30_000, growth_median=4_000, turns_mean=6, think_median_s=30)
+    model = ColdReadModel(np.array([0.0, 1e6]), np.array([0.0, 10.0]))
+    w = syn.assemble(syn.draw(t, p, model, np.ones(6), seed=4), p.think_median_s, block_tokens)
+    flat, labels = w.requests.flat, w.requests.labels
+    S = p.system_tokens // block_tokens
+    session = [int(str(label)[1:].split("t")[0]) for label in labels]
+    n = (flat.tokens // block_tokens).tolist()
+    own: dict[int, int] = {}
+    for sess, blocks in zip(session, n):
+        own[sess] = max(own.get(sess, 0), blocks - S, 0)
+    base, next_id = {}, S
+    for sess in sorted(own):
+        base[sess], next_id = next_id, next_id + own[sess]
+    want = [i for sess, blocks in zip(session, n) for i in [*range(min(blocks, S)), *range(base[sess], base[sess] + blocks - S)]]
+    assert flat.ids.dtype == np.int64 and flat.ids.tolist() == want and flat.universe == next_id
 
 
 def test_normal_quantile_is_scipy_stats_norm_ppf() -> None:

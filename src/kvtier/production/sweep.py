@@ -12,9 +12,9 @@ server.log) of the same public sessions at one pool size. Per run:
   run's own records (cache_config_info, the offload worker's startup line; kvtier.lab.live);
 - per request: the usage field `cached_tokens` (GPU + pool) against the prediction.
 
-Two replays of the stream: one request at a time (`TieredCache`, the model of the lab and the
-counterfactual), and as the server ran them (`ResidentCache` + `replay_admitted`: a running
-request's blocks are held; requests are admitted first come, first served, when their blocks fit
+Two replays of the stream: one request at a time (`TieredCache`'s rules, the model of the lab and
+the counterfactual, by their compiled loop kvtier.sim.fast), and as the server ran them
+(`ResidentCache` + `replay_admitted`: a running request's blocks are held; requests are admitted first come, first served, when their blocks fit
 beside those of the running ones; each ends at the finish time its client line records). The
 second is the prediction: the client keeps up to 16 requests in flight, and the server's KV cache
 holds only a few prompts, so most requests wait, and while they run nothing else can evict them.
@@ -34,7 +34,7 @@ from ..errors import RawRecordError, jsonl_records
 from ..lab.live import shape_from
 from ..offload_worker import worker_facts
 from ..replay import sent
-from ..sim import TieredCache
+from ..sim import TieredCache, fast
 from ..sim.requests import Request, prompt_request
 from ..sim.resident import Admission, ResidentCache, replay_admitted
 from .analysis import token_sources
@@ -183,22 +183,45 @@ def _cache(run: SweepRun, kind: type[TieredCache], null_blocks: int) -> TieredCa
                 chunk_blocks=s["chunk_blocks"] or 1, flavor="vllm")
 
 
+def sequential(run: SweepRun, requests: list[Request], null_blocks: int = 1) -> tuple[dict[str, list[int]], int]:
+    """The one-at-a-time replay: per request its GPU, pool and computed tokens, and the chunks the
+    pool stored over the run. By the compiled loop (kvtier.sim.fast.replay_flat: TieredCache's rules,
+    equal per request and in stored chunks on every pinned sweep run, tests/test_sweep.py); by
+    `sequential_reference` (TieredCache itself) for a stream the compiled loop does not model (a
+    prompt listing a block twice)."""
+    s = run.shape
+    try:
+        flat = fast.flatten(requests)
+    except ValueError:
+        return sequential_reference(run, requests, null_blocks)
+    cols = fast.replay_flat(flat, int(s["kv_blocks"]) - null_blocks, int(s["block_tokens"]),  # type: ignore[arg-type]
+                            cpu_chunks=s["cpu_chunks"], chunk_blocks=s["chunk_blocks"] or 1, flavor="vllm")
+    return ({"gpu": cols.gpu_tokens.tolist(), "pool": cols.cpu_tokens.tolist(), "computed": cols.computed_tokens.tolist()},
+            int(cols.stored_chunks.sum()))
+
+
+def sequential_reference(run: SweepRun, requests: list[Request], null_blocks: int = 1) -> tuple[dict[str, list[int]], int]:
+    """`sequential` by the readable reference, TieredCache."""
+    cache = _cache(run, TieredCache, null_blocks)
+    seq = cache.replay(requests)
+    return ({"gpu": [o.gpu_tokens for o in seq], "pool": [o.cpu_tokens for o in seq],
+             "computed": [o.computed_tokens for o in seq]}, cache.stored_chunks)
+
+
 def predict(run: SweepRun, requests: list[Request], null_blocks: int = 1) -> tuple[pd.DataFrame, Admission]:
     """Per request: measured cached tokens beside both replays' outcomes. `null_blocks`: vLLM keeps
     block 0 as its null block (BlockPool in vllm/v1/core/block_pool.py)."""
     r = run.requests
     resident = _cache(run, ResidentCache, null_blocks)
     outs, admission = replay_admitted(resident, requests, r.sent_s.tolist(), (r.sent_s + r.total_s).tolist())  # type: ignore[arg-type]
-    seq_cache = _cache(run, TieredCache, null_blocks)
-    seq = seq_cache.replay(requests)
+    seq, seq_stored = sequential(run, requests, null_blocks)
     table = r.assign(order=range(len(r)), prompt_tokens=r.prompt_tokens_sent,
                      pred_gpu_tokens=[o.gpu_tokens for o in outs], pred_pool_tokens=[o.cpu_tokens for o in outs],
                      pred_computed_tokens=[o.computed_tokens for o in outs],
-                     seq_gpu_tokens=[o.gpu_tokens for o in seq], seq_pool_tokens=[o.cpu_tokens for o in seq],
-                     seq_computed_tokens=[o.computed_tokens for o in seq])
+                     seq_gpu_tokens=seq["gpu"], seq_pool_tokens=seq["pool"], seq_computed_tokens=seq["computed"])
     table["agrees"] = table.cached_tokens == table.pred_gpu_tokens + table.pred_pool_tokens
     table["seq_agrees"] = table.cached_tokens == table.seq_gpu_tokens + table.seq_pool_tokens
-    table.attrs["stored_chunks"] = {"simulated": resident.stored_chunks, "sequential": seq_cache.stored_chunks}
+    table.attrs["stored_chunks"] = {"simulated": resident.stored_chunks, "sequential": seq_stored}
     return table, admission
 
 

@@ -91,14 +91,14 @@ static void cpu_trim(Cpu *c) {
 }
 
 static PyObject *replay(PyObject *self, PyObject *args) {
-    Py_buffer ids_b, off_b, maxhit_b, scratch_b, unique_b, g_b, loaded_b, chunks_b;
+    Py_buffer ids_b, off_b, maxhit_b, scratch_b, unique_b, g_b, loaded_b, chunks_b, stored_b;
     long long universe, gpu_cap, cpu_cap, k;
     int soe, vllm_flavor, unhashed_first;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*LLLLpppw*w*w*", &ids_b, &off_b, &maxhit_b, &scratch_b, &unique_b, &universe,
-                          &gpu_cap, &cpu_cap, &k, &soe, &vllm_flavor, &unhashed_first, &g_b, &loaded_b, &chunks_b))
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*LLLLpppw*w*w*w*", &ids_b, &off_b, &maxhit_b, &scratch_b, &unique_b, &universe,
+                          &gpu_cap, &cpu_cap, &k, &soe, &vllm_flavor, &unhashed_first, &g_b, &loaded_b, &chunks_b, &stored_b))
         return NULL;
     const i64 *ids = ids_b.buf, *off = off_b.buf, *max_hit = maxhit_b.buf, *scratch = scratch_b.buf, *unique = unique_b.buf;
-    i64 *out_g = g_b.buf, *out_loaded = loaded_b.buf, *out_chunks = chunks_b.buf;
+    i64 *out_g = g_b.buf, *out_loaded = loaded_b.buf, *out_chunks = chunks_b.buf, *out_stored = stored_b.buf;
     i64 R = (i64)(off_b.len / sizeof(i64)) - 1;
     int err = 0, has_cpu = cpu_cap >= 0;
     List q; Cpu cpu;
@@ -117,7 +117,7 @@ static PyObject *replay(PyObject *self, PyObject *args) {
     Py_BEGIN_ALLOW_THREADS
     for (i64 r = 0; r < R && !err; r++) {
         const i64 *b = ids + off[r];
-        i64 n = off[r + 1] - off[r], mh = max_hit[r], lim = mh < n ? mh : n, g = 0, loaded = 0, chunks = 0;
+        i64 n = off[r + 1] - off[r], mh = max_hit[r], lim = mh < n ? mh : n, g = 0, loaded = 0, chunks = 0, stored = 0;
         while (g < lim && first[b[g]] >= 0) g++;
         if (has_cpu) {
             i64 m = n / k;  /* chunk j is named by block (j + 1) k - 1 */
@@ -146,6 +146,7 @@ static PyObject *replay(PyObject *self, PyObject *args) {
                         }
                         for (i64 j = from; j < m && !err; j++)
                             if (cpu.node[KEY(j)] < 0) err |= cpu_touch_in_order(&cpu, KEY(j));
+                        stored = absent;  /* TieredCache.stored_chunks counts these */
                     }
                     lo = loaded ? start : 0; hi = m;
                 }
@@ -206,20 +207,21 @@ static PyObject *replay(PyObject *self, PyObject *args) {
             }
             list_release(&q, x);
         }
-        out_g[r] = g; out_loaded[r] = loaded; out_chunks[r] = chunks;
+        out_g[r] = g; out_loaded[r] = loaded; out_chunks[r] = chunks; out_stored[r] = stored;
     }
     Py_END_ALLOW_THREADS
     list_free(&q); free(first); free(ends);
     if (has_cpu) { list_free(&cpu.l); free(cpu.node); }
     PyBuffer_Release(&ids_b); PyBuffer_Release(&off_b); PyBuffer_Release(&maxhit_b); PyBuffer_Release(&scratch_b);
     PyBuffer_Release(&unique_b); PyBuffer_Release(&g_b); PyBuffer_Release(&loaded_b); PyBuffer_Release(&chunks_b);
+    PyBuffer_Release(&stored_b);
     if (err) return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"replay", replay, METH_VARARGS, "replay(ids, offsets, max_hit, scratch, unique, universe, gpu_cap, cpu_cap, k, "
-     "store_on_evict, vllm_flavor, unhashed_first, out_gpu_blocks, out_loaded, out_chunks)"},
+     "store_on_evict, vllm_flavor, unhashed_first, out_gpu_blocks, out_loaded, out_chunks, out_stored)"},
     {NULL, NULL, 0, NULL},
 };
 

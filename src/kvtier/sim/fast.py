@@ -58,19 +58,37 @@ def flatten(requests: Sequence[Request]) -> Flat:
 
 
 def dense_ids(ids: np.ndarray) -> tuple[int, np.ndarray]:
-    """(number of distinct ids, ids renumbered 0 ..), order-free: equal ids stay equal."""
+    """(number of distinct ids, ids renumbered 0 ..), order-free: equal ids stay equal.
+
+    Each id becomes its rank among the distinct ids (np.unique's inverse). Ids that are already
+    small non-negative numbers (a workload file's, a sweep run's sent blocks) are ranked by a table
+    of the ids present instead of a sort: the same numbers, in O(ids)."""
+    if len(ids) and ids.min() >= 0 and ids.max() < 2 * len(ids):
+        present = np.zeros(int(ids.max()) + 1, dtype=bool)
+        present[ids] = True
+        rank = np.cumsum(present, dtype=np.int64) - 1
+        return int(rank[-1]) + 1, rank[ids]
     uniq, inv = np.unique(ids, return_inverse=True)
     return len(uniq), inv.astype(np.int64, copy=False)
 
 
 def check(flat: Flat) -> None:
-    """Refuse what the compiled loop does not model: an id listed twice in one request."""
+    """Refuse what the compiled loop does not model: an id listed twice in one request. Ids are
+    0 .. universe - 1, so (request, id) sorts as one number, request x universe + id, when that
+    fits in 64 bits (one sort; a lexsort of the two otherwise)."""
     seg = np.repeat(np.arange(len(flat), dtype=np.int64), np.diff(flat.offsets))
-    order = np.lexsort((flat.ids, seg))
-    s, i = seg[order], flat.ids[order]
-    if len(i) > 1 and ((s[1:] == s[:-1]) & (i[1:] == i[:-1])).any():
-        r = int(s[1:][(s[1:] == s[:-1]) & (i[1:] == i[:-1])][0])
-        raise ValueError(f"request {r} lists a block twice; replay it with TieredCache")
+    U = max(flat.universe, 1)
+    if len(flat) * U < 2**62:
+        key = np.sort(seg * U + flat.ids)
+        dup = key[1:] == key[:-1]
+        first = key[1:][dup] // U
+    else:
+        order = np.lexsort((flat.ids, seg))
+        s, i = seg[order], flat.ids[order]
+        dup = (s[1:] == s[:-1]) & (i[1:] == i[:-1])
+        first = s[1:][dup]
+    if dup.any():
+        raise ValueError(f"request {int(first[0])} lists a block twice; replay it with TieredCache")
 
 
 @dataclass(frozen=True)
@@ -83,6 +101,7 @@ class Columns:
     cpu_tokens: np.ndarray
     computed_tokens: np.ndarray
     cpu_chunks: np.ndarray
+    stored_chunks: np.ndarray  # chunks the CPU tier took in for each request (TieredCache.stored_chunks, per request)
 
     def outcomes(self, labels: Sequence[str]) -> list[Outcome]:
         cols = (self.tokens, self.gpu_tokens, self.cpu_tokens, self.computed_tokens, self.gpu_blocks, self.cpu_chunks)
@@ -101,18 +120,21 @@ def replay_flat(flat: Flat, gpu_blocks: int, block_tokens: int, *, cpu_chunks: i
     except ImportError as e:  # the extension is built by `pip install -e .`
         raise ImportError(f"kvtier's compiled simulator core is not built ({e}); run `pip install -e .` "
                           "in the repository (it needs a C compiler)") from None
+    if "out_stored" not in (_core.replay.__doc__ or ""):  # a build of an older _core.c
+        raise ImportError("kvtier's compiled simulator core was built from an older _core.c (no stored chunks); "
+                          "run `pip install -e .` in the repository to rebuild it")
     R = len(flat)
-    g, loaded, chunks = (np.zeros(R, dtype=np.int64) for _ in range(3))
+    g, loaded, chunks, stored = (np.zeros(R, dtype=np.int64) for _ in range(4))
     c = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
     _core.replay(c(flat.ids), c(flat.offsets), c(flat.max_hit), c(flat.scratch), c(flat.unique), int(flat.universe),
                  int(gpu_blocks),
                  -1 if cpu_chunks is None else int(cpu_chunks), int(chunk_blocks), policy == "store_on_evict",
-                 flavor == "vllm", bool(unhashed_first), g, loaded, chunks)
+                 flavor == "vllm", bool(unhashed_first), g, loaded, chunks, stored)
     # a native load that reaches the prompt's end leaves its last token to compute (as TieredCache)
     cap = flat.tokens - ((loaded > 0) & (flavor == "vllm"))
     hit = np.minimum((g + loaded) * block_tokens, cap)
     gpu_tokens = np.minimum(g * block_tokens, flat.tokens)
-    return Columns(flat.tokens, g, gpu_tokens, hit - gpu_tokens, flat.tokens - hit, chunks)
+    return Columns(flat.tokens, g, gpu_tokens, hit - gpu_tokens, flat.tokens - hit, chunks, stored)
 
 
 def replay(requests: Sequence[Request], gpu_blocks: int, block_tokens: int, **kw) -> list[Outcome]:

@@ -93,31 +93,67 @@ def _draws(rng: np.random.Generator, sessions: int, max_turns: int) -> _Draws:
                   rng.standard_normal((sessions, max_turns)), rng.standard_normal((sessions, max_turns)))
 
 
+def _turns(p: AgenticParams, log_u: np.ndarray, max_turns: int) -> np.ndarray:
+    """Turns each session is drawn to have (geometric, from log(u), capped at the draw's width; floats)."""
+    q = 1.0 / max(p.turns_mean, 1.0)
+    turns = 1 + np.floor(log_u / np.log1p(-q)) if q < 1 else np.ones(len(log_u))
+    return np.minimum(turns, max_turns)
+
+
+def _first(p: AgenticParams, z_first: np.ndarray) -> np.ndarray:
+    return p.system_tokens + p.first_prompt_median * np.exp(p.first_prompt_sigma * z_first)
+
+
+def _out(d: _Draws, t: Targets) -> np.ndarray:
+    """Answer lengths: log-normal with the observed mean."""
+    return d.fixed(("out", t.mean_output), lambda: t.mean_output * np.exp(0.8 * d.z_output - 0.32))
+
+
+def _unit_growth(d: _Draws, p: AgenticParams) -> np.ndarray:
+    return d.fixed(("growth", p.growth_sigma), lambda: np.exp(p.growth_sigma * d.z_growth[:, :-1]))
+
+
+def _grow(p: AgenticParams, first: np.ndarray, out: np.ndarray, unit_growth: np.ndarray, turns: np.ndarray,
+          max_model_len: int, prompts: np.ndarray, total: np.ndarray) -> np.ndarray:
+    """Prompt sizes of some sessions (rows) written into `prompts` (rows x cols, every cell: no
+    NaN); returns their live turns (floats): a session ends after its drawn turns or at its first
+    overflow (prompt + answer past the context), whichever comes first. `total`: a buffer of
+    prompts' shape. Rows are independent: a row's cells are the same whichever rows and however
+    many columns (at least its turns) are computed with it.
+
+    The live turns are the length of the prefix where (turn < turns) & (prompt + answer <= the
+    context) holds, as `np.logical_and.accumulate` of that mask finds it (the same cells, no
+    floating-point operation differs): the first cell that fails is the first overflow or the
+    last drawn turn."""
+    cols = prompts.shape[1]
+    out = out[:, :cols]
+    prompts[:, 0] = first
+    np.multiply(p.growth_median, unit_growth[:, :cols - 1], out=prompts[:, 1:])
+    prompts[:, 1:] += out[:, :-1]
+    np.cumsum(prompts, axis=1, out=prompts)
+    np.add(prompts, out, out=total)
+    fits = total <= max_model_len
+    overflow = np.where(fits.all(axis=1), cols, fits.argmin(axis=1))  # first turn past the context
+    return np.minimum(turns, overflow)
+
+
+def _alive(live: np.ndarray, cols: int) -> np.ndarray:
+    """The cells (rows x cols) of the live turns."""
+    return np.arange(cols)[None, :] < live[:, None]
+
+
 def _prompts(p: AgenticParams, d: _Draws, t: Targets, trim: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Per-session prompt sizes (sessions x turns, NaN after a session ends) and answer lengths.
     `trim`: drop the trailing turns no session reaches (the fit's moments read only live turns,
     so they are the same; `draw` keeps the full shape, which its later dice depend on)."""
     sessions, max_turns = d.z_growth.shape
-    q = 1.0 / max(p.turns_mean, 1.0)
-    if q < 1:
-        turns = 1 + np.floor(d.fixed(("log_u",), lambda: np.log(d.u_turns)) / np.log1p(-q))
-    else:
-        turns = np.ones(sessions)
-    turns = np.minimum(turns, max_turns)
+    turns = _turns(p, d.fixed(("log_u",), lambda: np.log(d.u_turns)), max_turns)
     cols = int(max(turns.max(), 1)) if trim else max_turns
-    first = p.system_tokens + p.first_prompt_median * np.exp(p.first_prompt_sigma * d.z_first)
-    # log-normal with the observed mean
-    out = d.fixed(("out", t.mean_output), lambda: t.mean_output * np.exp(0.8 * d.z_output - 0.32))[:, :cols]
-    unit_growth = d.fixed(("growth", p.growth_sigma), lambda: np.exp(p.growth_sigma * d.z_growth[:, :-1]))
     prompts = np.empty((sessions, cols))
-    prompts[:, 0] = first
-    np.multiply(p.growth_median, unit_growth[:, :cols - 1], out=prompts[:, 1:])
-    prompts[:, 1:] += out[:, :-1]
-    np.cumsum(prompts, axis=1, out=prompts)
-    alive = (np.arange(cols)[None, :] < turns[:, None]) & (prompts + out <= t.max_model_len)
-    alive = np.logical_and.accumulate(alive, axis=1)  # a session ends at its first overflow
-    prompts[~alive] = np.nan
-    return prompts, out
+    live = _grow(p, _first(p, d.z_first), _out(d, t), _unit_growth(d, p), turns, t.max_model_len, prompts,
+                 np.empty((sessions, cols)))
+    prompts[~_alive(live, cols)] = np.nan
+    return prompts, _out(d, t)[:, :cols]
 
 
 def reusable_share(prompts: np.ndarray, out: np.ndarray, system_tokens: int) -> float:
@@ -129,12 +165,75 @@ def reusable_share(prompts: np.ndarray, out: np.ndarray, system_tokens: int) -> 
     return float(reuse[alive].sum() / prompts[alive].sum())
 
 
+# the fit's sessions, longest drawn last, in bands of these shares of the draw (each band as wide as
+# its longest session): the few long sessions of the geometric tail no longer widen every row
+BANDS = (0.5, 0.75, 0.875, 0.9375, 0.97)
+
+
+@dataclass(frozen=True)
+class _Banded:
+    """A fit draw's dice, sessions sorted by drawn length (u descending: more turns at every mean),
+    cut into bands; `rank`: each session's row in that order."""
+
+    order: np.ndarray
+    rank: np.ndarray
+    edges: tuple[int, ...]
+    log_u: np.ndarray
+    z_first: np.ndarray
+    buffers: np.ndarray  # prompts, prompt + answer, reusable tokens; each band's cells in turn
+
+
+def _banded(d: _Draws) -> _Banded:
+    sessions, max_turns = d.z_growth.shape
+    order = np.argsort(-d.u_turns, kind="stable")
+    rank = np.empty(sessions, dtype=np.int64)
+    rank[order] = np.arange(sessions)
+    edges = (0, *sorted({int(f * sessions) for f in BANDS} - {0, sessions}), sessions)
+    return _Banded(order, rank, edges, d.fixed(("log_u",), lambda: np.log(d.u_turns))[order], d.z_first[order],
+                   np.empty((3, sessions * max_turns)))
+
+
 def _moments(p: AgenticParams, d: _Draws, t: Targets) -> np.ndarray:
-    """Relative error of the mean prompt, errors of the two shares, and the reusable share."""
-    pr, out = _prompts(p, d, t, trim=True)
-    x = pr[~np.isnan(pr)]
+    """Relative error of the mean prompt, errors of the two shares, and the reusable share.
+
+    The fit's hot loop (some 150 calls per fit), so it computes each band of sessions (`_Banded`)
+    only as wide as its longest one, in buffers kept on the draw, reads the live cells through one
+    mask, never through NaNs, and puts them back in session order before anything is summed:
+    `_prompts(trim=True)` and `reusable_share`'s values, element by element and summed in the
+    same order (the Nelder-Mead path changes with the last bit of a moment;
+    tests/test_workflow_speed.py compares the two)."""
+    max_turns = d.z_growth.shape[1]
+    b = d.fixed(("banded",), lambda: _banded(d))
+    turns = _turns(p, b.log_u, max_turns)  # sorted: elementwise, the sessions' own turns
+    first = _first(p, b.z_first)
+    out = d.fixed(("out sorted", t.mean_output), lambda: _out(d, t)[b.order])
+    unit_growth = d.fixed(("growth sorted", p.growth_sigma), lambda: _unit_growth(d, p)[b.order])
+    xs, reuses, lives = [], [], []
+    used = 0
+    for r0, r1 in zip(b.edges[:-1], b.edges[1:]):
+        cols = int(max(turns[r0:r1].max(), 1))
+        pr, total, reuse = (buf[used:used + (r1 - r0) * cols].reshape(r1 - r0, cols) for buf in b.buffers)
+        used += (r1 - r0) * cols
+        o = out[r0:r1, :cols]
+        live = _grow(p, first[r0:r1], o, unit_growth[r0:r1], turns[r0:r1], t.max_model_len, pr, total)
+        alive = _alive(live, cols)
+        # reusable_share: the system prefix on a first turn, else min(previous prompt + answer, prompt);
+        # a live turn's previous turn is live, so the cells the mask reads are those it computes
+        reuse[:, 0] = float(p.system_tokens)
+        np.add(pr[:, :-1], o[:, :-1], out=reuse[:, 1:])
+        np.minimum(reuse[:, 1:], pr[:, 1:], out=reuse[:, 1:])
+        xs.append(pr[alive])
+        reuses.append(reuse[alive])
+        lives.append(live)
+    # back to session order: session i's live cells follow those of sessions 0 .. i - 1
+    n_sorted = np.concatenate(lives).astype(np.int64)
+    n = n_sorted[b.rank]
+    start_sorted, start = np.cumsum(n_sorted) - n_sorted, np.cumsum(n) - n
+    where = np.repeat(start_sorted[b.rank] - start, n) + np.arange(int(n.sum()))
+    x = np.concatenate(xs)[where]
+    share = float(np.concatenate(reuses)[where].sum() / x.sum())
     return np.array([x.mean() / t.mean_prompt - 1, (x > t.low_edge).mean() - t.share_above_200k,
-                     (x > t.high_edge).mean() - t.share_above_500k, reusable_share(pr, out, p.system_tokens)])
+                     (x > t.high_edge).mean() - t.share_above_500k, share])
 
 
 @lru_cache(maxsize=4)
@@ -280,12 +379,20 @@ def assemble(d: Draw, think_median_s: float, block_tokens: int) -> Workload:
     n = tokens // B
     offsets = np.zeros(len(n) + 1, dtype=np.int64)
     np.cumsum(n, out=offsets[1:])
-    req = np.repeat(np.arange(len(n)), n)
-    pos = np.arange(offsets[-1], dtype=np.int64) - offsets[req]
     own = np.zeros(sessions + 1, dtype=np.int64)  # blocks past the system prefix, per session
     np.maximum.at(own, s + 1, np.maximum(n - S, 0))
     base = S + np.cumsum(own)[:-1]  # first id of each session's own blocks
-    ids = np.where(pos < S, pos, base[s][req] + pos - S)
+    # request r's ids: 0 .. S - 1 (its blocks inside the system prefix), then base[s] onwards; each
+    # run of consecutive ids as (position in `ids`) - (that position less the run's first id), so a
+    # pass per array over the 10^6 block ids rather than per block gathers of request and session
+    head = np.minimum(n, S)
+    starts = np.empty(2 * len(n), dtype=np.int64)  # per request: its head run, then its own run
+    starts[0::2] = offsets[:-1]
+    starts[1::2] = offsets[:-1] + head - base[s]
+    lengths = np.empty(2 * len(n), dtype=np.int64)
+    lengths[0::2], lengths[1::2] = head, n - head
+    ids = np.arange(offsets[-1], dtype=np.int64)
+    ids -= np.repeat(starts, lengths)
     kv = tokens + np.maximum(outs - 1, 0)  # the last sampled token is never fed back
     flat = Flat(ids, offsets, tokens, np.minimum(n, (tokens - 1) // B), (kv % B != 0).astype(np.int64),
                 np.maximum(kv // B - n, 0), int(S + own.sum()))
