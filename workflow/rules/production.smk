@@ -40,10 +40,10 @@ rule production_numbers:
     # on the longest chain (production -> counterfactual -> publish): runs as soon as it can
     priority: 10
     input:
-        code=PACKAGE_CODE,
         **{f"{s}_{kind}": PROD_SETUPS[s][kind] for s in PROD_SETUPS for kind in SETUP_FILES if PROD_SETUPS[s].get(kind)},
         # the restore correction is measured by the eviction test on the same server: its pinned
         # records are read directly (not the eviction rule's tables), so both rules run in parallel
+        code=PACKAGE_CODE,
         evict_records=EVICT_RECORDS,
         run_schema="workflow/schemas/eviction-run.schema.yaml",
         request_schema="workflow/schemas/eviction-request.schema.yaml",

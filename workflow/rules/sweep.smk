@@ -21,6 +21,8 @@ if SWEEP["runs"]:
 rule sweep_cpu:
     message:
         "Pool-size sweep on vLLM's CPU build: measured token shares per pool size beside the simulator's replay of the same stream, and the calibrated model's prediction"
+    # the longest job after the counterfactual, waiting on production like it: started before the short ones
+    priority: 5
     input:
         code=PACKAGE_CODE,
         records=lambda wc: [f for run in SWEEP["runs"] for f in lab_wf.pinned_under(MANIFEST, run)],
