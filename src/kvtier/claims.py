@@ -18,11 +18,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .errors import ClaimsError
 from .numbers import Number, atomic_write_text, load_registry
 from .render.formats import BYTES, TIME, WORDS
+from .yamlio import load_yaml
 
 NUMBER_RE = re.compile(r"[-+]?\d[\d,]*(?:\.\d+)?")
 SCALES = {"plain": 1.0, "percent": 1e-2, "K": 1e3, "M": 1e6, "million": 1e6, "billion": 1e9, "x": 1.0}
@@ -76,7 +75,7 @@ class Claim:
 def load_claims(path: str | Path) -> list[Claim]:
     import jsonschema  # here, not at import: the gate reads only the report
 
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    data = load_yaml(Path(path).read_text(encoding="utf-8"))
     try:
         jsonschema.validate(data, SCHEMA)
     except jsonschema.ValidationError as e:

@@ -38,7 +38,6 @@ import signal
 import sys
 from pathlib import Path
 
-import yaml
 
 from .errors import ManifestError, RawRecordError
 from .eviction.host import host_info, model_params, server_software, versions
@@ -48,6 +47,7 @@ from .serving.client import RequestFailed, ServingClient
 from .serving import fieldchecks
 from .serving.redact import redact_argv, redact_env, scrub_file, secret_values
 from .serving.server import PreflightError, ServerDied, ServerSpec, VllmServer, preflight
+from .yamlio import load_yaml
 
 DEFAULT_VLLM = os.environ.get("KVTIER_VLLM_BIN", "vllm")
 
@@ -75,7 +75,7 @@ def _offload_extra(pairs: list[str]) -> dict[str, object]:
         key, sep, value = kv.partition("=")
         if not sep or not key:
             raise SystemExit(f"error: --offload-extra wants KEY=VALUE, not {kv!r}")
-        out[key] = yaml.safe_load(value)
+        out[key] = load_yaml(value)
     return out
 
 

@@ -9,14 +9,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from .errors import RawRecordError
+from .yamlio import load_yaml
 
 
 def read_host(path: str | Path) -> tuple[dict[str, Any], datetime, datetime]:
     """The parsed record, and the observation period's start and end."""
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    data = load_yaml(Path(path).read_text(encoding="utf-8"))
     try:
         obs = data["observation"]
         start, end = (v if isinstance(v, datetime) else datetime.fromisoformat(str(v)) for v in (obs["start"], obs["end"]))

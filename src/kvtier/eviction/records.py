@@ -23,6 +23,7 @@ import yaml
 
 from ..errors import RawRecordError, jsonl_records
 from ..numbers import atomic_write_text
+from ..yamlio import load_yaml
 
 FORMAT = "kvtier-eviction/1"
 SCHEMA_DIR = Path(__file__).resolve().parents[3] / "workflow" / "schemas"
@@ -66,7 +67,7 @@ class RunWriter:
         return self.dir / "requests.jsonl"
 
     def load_meta(self) -> dict[str, Any] | None:
-        return yaml.safe_load(self.run_yaml.read_text(encoding="utf-8")) if self.run_yaml.exists() else None
+        return load_yaml(self.run_yaml.read_text(encoding="utf-8")) if self.run_yaml.exists() else None
 
     def write_meta(self, meta: dict[str, Any]) -> None:
         atomic_write_text(self.run_yaml, yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=120))
@@ -92,7 +93,7 @@ def read_jsonl_lines(path: Path) -> list[str]:
 
 
 def _schema(path: Path) -> dict[str, Any]:
-    return yaml.safe_load(path.read_text(encoding="utf-8"))
+    return load_yaml(path.read_text(encoding="utf-8"))
 
 
 @dataclass
@@ -132,7 +133,7 @@ def read_run(run_dir: str | Path, run_schema: Path = RUN_SCHEMA, request_schema:
     run_dir = Path(run_dir)
     meta_path = run_dir / "run.yaml"
     try:
-        meta = yaml.safe_load(meta_path.read_text(encoding="utf-8"))
+        meta = load_yaml(meta_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise RawRecordError(meta_path, "missing: every run directory needs its run.yaml") from None
     except yaml.YAMLError as e:

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import yaml
 
 from ..errors import RawRecordError
 from ..serving.metrics import Snapshot
@@ -21,6 +20,7 @@ from ..offload_worker import worker_facts
 from ..sim import TieredCache
 from .experiments import requests_from_rows
 from .records import read_requests
+from ..yamlio import load_yaml
 
 SOURCE_COLUMNS = {"local_cache_hit": "gpu_tokens", "external_kv_transfer": "cpu_tokens", "local_compute": "computed_tokens"}
 
@@ -86,7 +86,7 @@ def predict(run_dir: str | Path, measured: pd.DataFrame, null_blocks: int = 1) -
     `null_blocks`: vLLM's block pool keeps block 0 as its null block, so the usable KV cache is
     num_gpu_blocks - 1 (BlockPool in vllm/v1/core/block_pool.py)."""
     run_dir = Path(run_dir)
-    max_tokens = int(yaml.safe_load((run_dir / "run.yaml").read_text(encoding="utf-8"))["max_tokens"])
+    max_tokens = int(load_yaml((run_dir / "run.yaml").read_text(encoding="utf-8"))["max_tokens"])
     frames = []
     for setup, rows in measured.groupby("setup", sort=False):
         shape = server_shape(run_dir / setup)

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 
 from ..errors import RawRecordError
+from ..yamlio import load_yaml
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8": 1}
 REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
@@ -54,7 +54,7 @@ class ModelShape:
 
 
 def read_model(path: str | Path) -> ModelShape:
-    data = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+    data = load_yaml(Path(path).read_text(encoding="utf-8")) or {}
     cfg = data.get("config") or {}
     missing = [k for k in REQUIRED if k not in cfg]
     if missing:

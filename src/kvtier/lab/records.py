@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
 from ..errors import RawRecordError
 from ..serving.metrics import Snapshot
 from . import PASSES
+from ..yamlio import load_yaml
 
 REQUEST_COLUMNS = {"setup": str, "pass": str, "phase": str, "order": int, "doc": "Int64", "prompt_tokens": int,
                    "cached_tokens": int, "start_s": float, "ttft_ms": float, "e2e_ms": float, "output_tokens": int}
@@ -77,7 +77,7 @@ def read_requests(path: str | Path) -> pd.DataFrame:
 
 def read_run(path: str | Path) -> dict:
     path = Path(path)
-    run = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    run = load_yaml(path.read_text(encoding="utf-8")) or {}
     for key in ("documents", "setups", "concurrency", "passes"):
         if key not in run:
             raise RawRecordError(path, f"run record lacks {key!r}")

@@ -14,10 +14,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from ..errors import RawRecordError
 from .promtext import Snapshot
+from ..yamlio import load_yaml
 
 FIELDS = ("status", "prompt_tokens_sent", "usage_prompt_tokens", "cached_tokens", "completion_tokens")
 
@@ -43,7 +42,7 @@ def read_client(path: str | Path) -> list[dict[str, Any]]:
 
 def capture_facts(run_yaml: str | Path, client: str | Path, snap: Snapshot) -> dict[str, float]:
     """The replay's settings (run.yaml) and the client's sums, after checking them against the counters."""
-    meta = yaml.safe_load(Path(run_yaml).read_text(encoding="utf-8"))
+    meta = load_yaml(Path(run_yaml).read_text(encoding="utf-8"))
     rows = read_client(client)
     ok = [r for r in rows if r["status"] == "ok"]
     sums = {

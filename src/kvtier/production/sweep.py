@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any, Iterable
 
 import pandas as pd
-import yaml
 
 from ..errors import RawRecordError, jsonl_records
 from ..lab.live import shape_from
@@ -39,6 +38,7 @@ from ..sim.requests import Request, prompt_request
 from ..sim.resident import Admission, ResidentCache, replay_admitted
 from .analysis import token_sources
 from .promtext import Snapshot, read_prometheus
+from ..yamlio import load_yaml
 
 GIB = 2**30
 SOURCES = ("gpu", "pool", "computed")
@@ -136,7 +136,7 @@ def read_run(run_dir: str | Path) -> SweepRun:
     for name in RUN_FILES:
         if not (run_dir / name).is_file():
             raise RawRecordError(run_dir / name, "missing: a sweep run needs " + ", ".join(RUN_FILES))
-    meta = yaml.safe_load((run_dir / "run.yaml").read_text(encoding="utf-8"))
+    meta = load_yaml((run_dir / "run.yaml").read_text(encoding="utf-8"))
     for key in ("trace", "scaling", "server"):
         if not isinstance(meta, dict) or key not in meta:
             raise RawRecordError(run_dir / "run.yaml", f"no {key!r} entry (not a kvtier-replay run record)")

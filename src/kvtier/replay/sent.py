@@ -23,6 +23,7 @@ import yaml
 from ..errors import RawRecordError, jsonl_records
 from ..sim.requests import token_chain
 from .schedule import Scaling, Turn, schedule_for
+from ..yamlio import load_yaml
 
 NAME = "sent_blocks.npz"
 
@@ -86,7 +87,7 @@ def block_tokens_of(path: str | Path) -> int:
 
 def schedule_of(run_dir: Path) -> list[Turn]:
     """The schedule kvtier-replay sent, from the run's own run.yaml."""
-    meta = yaml.safe_load((run_dir / "run.yaml").read_text(encoding="utf-8"))
+    meta = load_yaml((run_dir / "run.yaml").read_text(encoding="utf-8"))
     sc = meta["scaling"]
     s = Scaling(scale=sc["scale"], compress=sc["compress"], vocab_size=sc["vocab_size"],
                 max_tokens_cap=sc["max_tokens_cap"], seed=sc["seed"])
