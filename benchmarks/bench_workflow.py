@@ -21,6 +21,8 @@ pandas or matplotlib), and each rule's own import floor -- the CPU a fresh proce
 as Snakemake starts a script (unpickling its `snakemake` object imports Snakemake) and to import
 what the rule's script imports at its top (imports made later, inside functions, are the rule's
 work). What the rules' CPU does not account for is Snakemake's own (the main process).
+Run it with the venv the README's first command makes (the analysis lock): a venv with the test lock
+also holds the executor plugins and boto3, which Snakemake imports at every start.
 Targets on a 2-core machine: fresh and forced rebuild <= 15 s and <= 3x the minimal workflow;
 no-op <= 2 s.
 """
