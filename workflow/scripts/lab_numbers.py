@@ -10,9 +10,9 @@ from kvtier.lab.analysis import LabInputs, analyse
 from kvtier.lab.figure import ttft_figure
 from kvtier.lab.table import lab_table
 from kvtier.manifest import read_manifest
-from kvtier.numbers import load_registry
+from kvtier.numbers import NumbersWriter, load_registry
 from kvtier.provenance import raw_sources, write_sidecar
-from kvtier.snake import begin, numbers_writer
+from kvtier.snake import begin, numbers_writer, raw_inputs
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 log = begin(smk)
@@ -25,7 +25,7 @@ inputs = LabInputs(
 )
 tables = analyse(inputs, writer)
 live_raw = set(map(str, smk.input.get(LIVE, [])))
-raw = [p for p in map(str, smk.input) if p.startswith("raw/") and not p.endswith("MANIFEST.tsv") and p not in live_raw]
+raw = [p for p in raw_inputs(map(str, smk.input)) if p not in live_raw]
 for frame, out in ((tables.requests, smk.output.requests), (tables.passes, smk.output.passes), (tables.cpu_sweep, smk.output.cpu_sweep)):
     frame.to_csv(out, index=False)
     write_sidecar(out, smk.rule, raw)
@@ -49,8 +49,9 @@ if smk.params.live_run:
     run_dir = smk.params.live_run
     table = live.predict(run_dir, live.request_sources(run_dir))
     table.to_csv(smk.output.live_table, index=False)
-    write_sidecar(smk.output.live_table, smk.rule, [p for p in sorted(live_raw) if p.startswith("raw/")])
-    live_writer = numbers_writer(smk, "lablive", exclude=[name for name in dict(smk.input.items()) if name != LIVE])
+    live_records = raw_inputs(map(str, smk.input[LIVE]))
+    write_sidecar(smk.output.live_table, smk.rule, live_records)
+    live_writer = NumbersWriter(topic="lablive", rule=smk.rule, inputs=live_records)
     live.register_numbers(live_writer, table)
     live_writer.write(smk.output.live_numbers)
     live.figure(table, smk.output.live_svg)
