@@ -74,3 +74,36 @@ def test_malformed_line_names_its_line():
 def test_missing_metric_is_an_error_naming_the_file():
     with pytest.raises(RawRecordError, match=r"t.prom: missing metric vllm:generation_tokens_total"):
         parse_prometheus(TEXT, "t.prom").value("vllm:generation_tokens_total")
+
+
+def _one_line_at_a_time(text: str) -> list[tuple[str, dict, float, int]]:
+    """Each sample line parsed by prometheus_client on its own: its samples and its line number."""
+    out = []
+    for lineno, line in enumerate(text.splitlines(), start=1):
+        if line.strip() and not line.lstrip().startswith("#"):
+            out += [(s.name, dict(s.labels), float(s.value), lineno)
+                    for fam in text_string_to_metric_families(line + "\n") for s in fam.samples]
+    return out
+
+
+def test_every_scrape_in_raw_keeps_each_sample_on_its_own_line():
+    """The whole-text parse takes line numbers from sample order; on every scrape kept in raw/,
+    each sample's name, labels, value and line equal those of its line parsed alone."""
+    from pathlib import Path
+
+    scrapes = sorted(Path(__file__).resolve().parents[1].glob("raw/**/*.prom"))
+    assert len(scrapes) > 200
+    for path in scrapes:
+        text = path.read_text(encoding="utf-8")
+        want = _one_line_at_a_time(text)
+        rows = parse_prometheus(text, path).samples.iloc[: len(want)]  # after them: flat copies of legacy names
+        got = [(n, dict(ls), v, int(line)) for n, ls, v, line in zip(rows["name"], rows["labels"], rows["value"], rows["line"])]
+        assert got == want, path
+
+
+def test_a_line_out_of_step_is_parsed_alone_and_named():
+    """A line the whole-text parse cannot take (here a bad value) is still named by its number."""
+    bad = TEXT.replace('vllm:prompt_tokens_total{model_name="m",engine="1"} 40000.0',
+                       'vllm:prompt_tokens_total{model_name="m",engine="1"} forty')
+    with pytest.raises(RawRecordError, match=r":4: not Prometheus text exposition"):
+        parse_prometheus(bad, "x.prom")

@@ -13,6 +13,7 @@ in workflow/schemas/ and names the file and line of a bad record.
 from __future__ import annotations
 
 import json
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,6 +97,16 @@ def _schema(path: Path) -> dict[str, Any]:
     return load_yaml(path.read_text(encoding="utf-8"))
 
 
+@functools.lru_cache(maxsize=None)
+def _validator(path: Path) -> jsonschema.protocols.Validator:
+    """One validator per schema file and process: the schema itself is checked against its
+    meta-schema once (what `jsonschema.validate` repeats on every call), not once per run."""
+    schema = _schema(path)
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
 @dataclass
 class Run:
     dir: Path
@@ -139,12 +150,11 @@ def read_run(run_dir: str | Path, run_schema: Path = RUN_SCHEMA, request_schema:
     except yaml.YAMLError as e:
         line = getattr(getattr(e, "problem_mark", None), "line", None)
         raise RawRecordError(meta_path, f"not YAML ({e})", line=None if line is None else line + 1) from None
-    try:
-        jsonschema.validate(meta, _schema(run_schema))
-    except jsonschema.ValidationError as e:
-        where = "/".join(map(str, e.absolute_path)) or "(top)"
-        raise RawRecordError(meta_path, f"field {where}: {e.message}") from None
-    validator = jsonschema.Draft202012Validator(_schema(request_schema))
+    meta_error = jsonschema.exceptions.best_match(_validator(run_schema).iter_errors(meta))
+    if meta_error is not None:
+        where = "/".join(map(str, meta_error.absolute_path)) or "(top)"
+        raise RawRecordError(meta_path, f"field {where}: {meta_error.message}")
+    validator = _validator(request_schema)
     req_path = run_dir / "requests.jsonl"
     requests: list[dict[str, Any]] = []
     if req_path.exists():

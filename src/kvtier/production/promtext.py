@@ -120,17 +120,19 @@ def _parse_line(text: str, path: str, lineno: int) -> list:
 
 
 def parse_prometheus(text: str, path: str | Path = "<metrics>") -> Snapshot:
-    """Parse an exposition into a Snapshot; a malformed line is an error naming it."""
+    """Parse an exposition into a Snapshot; a malformed line is an error naming it.
+
+    prometheus_client parses the whole text once; its samples come in line order, one per
+    sample line, so each takes its line number from that order. Where the two do not line up
+    sample for sample (or the text does not parse), every line is parsed on its own instead,
+    which names the first bad one."""
     path = str(path)
-    types: dict[str, str] = {}
-    try:
-        for fam in text_string_to_metric_families(text):
-            types[fam.name] = fam.type
-    except Exception:
-        pass  # the per-line pass below names the offending line
+    fams = _families(text)
+    types = {fam.name: fam.type for fam in fams or ()}
+    parsed = [s for fam in fams for s in fam.samples] if fams is not None else None
     rows = []
-    family_of_sample: dict[str, str] = {}
     current_family = None
+    k = 0
     for lineno, raw in enumerate(text.splitlines(), start=1):
         line = raw.strip()
         if not line:
@@ -140,12 +142,30 @@ def parse_prometheus(text: str, path: str | Path = "<metrics>") -> Snapshot:
             if len(parts) >= 3 and parts[1] in ("TYPE", "HELP"):
                 current_family = parts[2]
             continue
-        for s in _parse_line(line, path, lineno):
+        if parsed is not None and k < len(parsed) and _names_sample(line, parsed[k].name):
+            samples = [parsed[k]]
+            k += 1
+        else:
+            parsed = None  # out of step: this line and the rest are parsed one by one
+            samples = _parse_line(line, path, lineno)
+        for s in samples:
             fam = _family_of(s.name, types, current_family)
-            family_of_sample.setdefault(s.name, fam)
             rows.append((fam, types.get(fam, "untyped"), s.name, _label_key(s.labels), float(s.value), lineno))
     samples = pd.DataFrame(_flat_offload_names(rows), columns=COLUMNS)
     return Snapshot(path, samples)
+
+
+def _families(text: str) -> list | None:
+    """The text's metric families, or None where prometheus_client cannot parse it whole."""
+    try:
+        return list(text_string_to_metric_families(text))
+    except Exception:  # prometheus_client raises ValueError/IndexError/...; the per-line pass names the line
+        return None
+
+
+def _names_sample(line: str, name: str) -> bool:
+    """Whether a sample line is the sample `name` (its name ends at `{`, a space or a tab)."""
+    return line.startswith(name) and line[len(name):len(name) + 1] in ("{", " ", "\t")
 
 
 def _flat_offload_names(rows: list[tuple]) -> list[tuple]:
