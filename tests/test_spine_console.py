@@ -44,22 +44,3 @@ def test_other_errors_stay_in_the_log(tmp_path: Path) -> None:
     done, log = run(tmp_path, "raise KeyError('internal')")
     assert done.returncode != 0 and "KeyError" in log and "kvtier: rule" not in done.stderr
 
-
-def test_the_claims_rule_gate_writes_its_verdict_to_the_log(tmp_path: Path) -> None:
-    """The claims rule runs the gate in Snakemake's own process (a `run:` block), where stderr is
-    not the rule's log: the gate writes its verdict there itself, and the ok file only on a pass."""
-    from kvtier.claims import gate
-    from kvtier.errors import ClaimsError
-
-    csv_path, ok, log = tmp_path / "claims.csv", tmp_path / "claims.passed", tmp_path / "claims.log"
-    header = "id,key,printed,recomputed,tolerance,status\n"
-    csv_path.write_text(header + "a,k.a,1,1,0,pass\nb,k.b,2,2,0,pass\n")
-    gate(csv_path, ok, log)
-    assert ok.read_text() == log.read_text() == "{'pass': 2}\n"
-
-    ok.unlink()
-    csv_path.write_text(header + "a,k.a,1,1,0,pass\nb,k.b,2%,3%,0.5,fail\n")
-    with pytest.raises(ClaimsError, match="1 published number"):
-        gate(csv_path, ok, log)
-    assert "b: printed 2%, recomputed 3% (k.b, tolerance 0.5)" in log.read_text()
-    assert not ok.exists()
