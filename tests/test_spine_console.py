@@ -43,4 +43,3 @@ def test_record_errors_and_failing_claims_are_printed_on_the_console(tmp_path: P
 def test_other_errors_stay_in_the_log(tmp_path: Path) -> None:
     done, log = run(tmp_path, "raise KeyError('internal')")
     assert done.returncode != 0 and "KeyError" in log and "kvtier: rule" not in done.stderr
-
