@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 import re
@@ -70,7 +71,8 @@ def number_classes(ledger: dict) -> dict[str, frozenset[str]]:
 
 
 def provenance_rows(used: dict[str, list[str]], ledger: dict) -> list[dict[str, Any]]:
-    """One row per printed number for the provenance page: what it printed, what it read."""
+    """One row per printed number for the provenance page: what it printed, what it read.
+    `set` is None here; `share_raw_sets` points rows that read a shared file set at it."""
     rows = []
     for key in sorted(used):
         e = ledger["numbers"].get(key, {})
@@ -79,9 +81,52 @@ def provenance_rows(used: dict[str, list[str]], ledger: dict) -> list[dict[str, 
             "key": key, "printed": " / ".join(used[key]), "value": e.get("value", ""), "unit": e.get("unit", ""),
             "rule": e.get("rule", ""), "rule_at": e.get("rule_at", ""), "script": e.get("script", ""),
             "classes": classes or ["settings"], "raw": e.get("raw", []), "folders": _by_folder(e.get("raw", [])),
-            "note": e.get("note", ""),
+            "note": e.get("note", ""), "set": None,
         })
     return rows
+
+
+# A raw-file list read by a single number stays inline in its row up to this many files: a
+# longer list makes one row taller than a phone screen, so it moves to the set section too.
+INLINE_MAX_FILES = 8
+
+RawKey = tuple[tuple[str, str, str], ...]
+
+
+def raw_key(raw: list[dict]) -> RawKey:
+    """A raw-file list as an exact, order-free key: every file's path, content hash and class."""
+    return tuple(sorted((r["path"], r["sha256"], r["class"]) for r in raw))
+
+
+def raw_set_id(key: RawKey) -> str:
+    """The set's anchor: the first 12 hex of a sha256 over its sorted path, hash and class lines,
+    so it names the content and does not shift when some other row or set changes."""
+    text = "".join(f"{path}\t{sha}\t{klass}\n" for path, sha, klass in key)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+
+def share_raw_sets(rows: list[dict[str, Any]], inline_max: int = INLINE_MAX_FILES) -> list[dict[str, Any]]:
+    """Group rows by their exact raw-file list; each list read by more than one row, or longer
+    than `inline_max`, becomes one set listed once on the page (most lab numbers read the same
+    hundred-odd files of one CPU run, and listing them per row made a page of megabytes). Sets
+    each such row at its set (`row["set"]`) and returns the sets, ordered by folder then id."""
+    by_key: dict[RawKey, list[dict[str, Any]]] = {}
+    for row in rows:
+        if row["raw"]:
+            by_key.setdefault(raw_key(row["raw"]), []).append(row)
+    sets: dict[str, dict[str, Any]] = {}
+    for key, users in by_key.items():
+        if len(users) < 2 and len(key) <= inline_max:
+            continue
+        sid = raw_set_id(key)
+        if sid in sets:
+            raise ValueError(f"two different raw-file sets share the anchor s-{sid}")
+        raw = users[0]["raw"]
+        sets[sid] = {"id": sid, "files": len(key), "classes": sorted({k for _, _, k in key}),
+                     "folders": _by_folder(raw), "rows": len(users)}
+        for row in users:
+            row["set"] = sets[sid]
+    return sorted(sets.values(), key=lambda s: (s["folders"][0]["folder"], s["id"]))
 
 
 def _by_folder(raw: list[dict]) -> list[dict[str, Any]]:
@@ -127,8 +172,10 @@ def render_document(
         title=title, body=Markup(keep_captions_with_tables(body)), prov_href=prov_href, **ctx)
     atomic_write_text(out_html, page)
     if out_prov:
+        rows = provenance_rows(hr.used, ledger)
+        sets = share_raw_sets(rows)
         prov = hr.env.get_template(prov_template).render(
-            title=title, doc_href=Path(out_html).name, rows=provenance_rows(hr.used, ledger), **ctx)
+            title=title, doc_href=Path(out_html).name, rows=rows, sets=sets, inline_max=INLINE_MAX_FILES, **ctx)
         atomic_write_text(out_prov, prov)
     return hr.used
 
