@@ -151,12 +151,15 @@ def main() -> None:
                "load_1min": os.getloadavg()[0]}
         rows.append(row)
         print(f"run {i + 1}: fresh {row['fresh_s']:.1f} s (build {bw:.1f} s), no-op {nw:.2f} s, forced {xw:.1f} s, "
-              f"minimal {mw:.1f} s; load {row['load_1min']:.2f}", flush=True)
+              f"minimal {mw:.1f} s; fresh {row['fresh_s'] / mw:.2f}x, forced {xw / mw:.2f}x the minimal; "
+              f"load {row['load_1min']:.2f}", flush=True)
     load_end = os.getloadavg()
     med = {k: statistics.median(r[k] for r in rows) for k in rows[0]}
     ratio = {k: med[k] / med["minimal_s"] for k in ("fresh_s", "noop_s", "forced_s")}
     ratio.update({k: med[k] / med["minimal_cpu_s"] for k in ("fresh_cpu_s", "noop_cpu_s", "forced_cpu_s")})
-    print(f"median of {args.runs} (wall / CPU user+sys):")
+    per_run = {k: statistics.median(r[f"{k}_s"] / r["minimal_s"] for r in rows) for k in ("fresh", "forced")}
+    print(f"median of {args.runs} (wall / CPU user+sys), as a ratio of the medians; the median of the "
+          f"runs' own ratios: fresh {per_run['fresh']:.2f}x, forced {per_run['forced']:.2f}x")
     for name in ("fresh", "noop", "forced", "minimal"):
         w, c = med[f"{name}_s"], med[f"{name}_cpu_s"]
         extra = "" if name == "minimal" else f"   = {ratio[f'{name}_s']:.2f}x / {ratio[f'{name}_cpu_s']:.2f}x the minimal workflow"
@@ -174,7 +177,7 @@ def main() -> None:
           f"(less the build); the rest is Snakemake's own (startup, DAG, scheduling, bookkeeping)")
     print(f"load average at end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}")
     if args.json:
-        args.json.write_text(json.dumps({"runs": rows, "median": med, "ratio": ratio, "rules": rules, "import_floor_cpu_s": floors,
+        args.json.write_text(json.dumps({"runs": rows, "median": med, "ratio": ratio, "median_of_run_ratios": per_run, "rules": rules, "import_floor_cpu_s": floors,
                                          "rule_floor_s": rule_floor, "load_start": load_start, "load_end": load_end}, indent=1) + "\n")
 
 
