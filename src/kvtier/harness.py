@@ -38,7 +38,6 @@ import signal
 import sys
 from pathlib import Path
 
-
 from .errors import ManifestError, RawRecordError
 from .eviction.host import host_info, model_params, server_software, versions
 from .eviction.records import RunWriter, read_run

@@ -100,13 +100,6 @@ def numbers_writer(snakemake: Any, topic: str, exclude: Iterable[str] = ()) -> N
     return NumbersWriter(topic=topic, rule=snakemake.rule, inputs=inputs)
 
 
-def optional_input(value: Any) -> list[str]:
-    """A named input that may be absent: Snakemake gives one file as a str, none as an empty list."""
-    if isinstance(value, str):
-        return [value] if value else []
-    return [str(v) for v in value]
-
-
 def end_scheduler_timers() -> int:
     """Cancel the re-evaluation timers Snakemake's scheduler leaves armed; returns how many.
 

@@ -19,12 +19,11 @@ if LAB_LIVE:
 EXTRA_TARGETS.extend(["paper/lab.md", "paper/lab.html", "results/tables/lab_ttft.csv"])
 
 
-# One process for the lab's records and what is drawn from them: numbers, tidy tables, the lab's
-# table and its figure (the table and the figure only split one computation).
 # One process for the lab's two record sets: the lab's own (published or replica: Table 1, the
 # figure, the simulator at the lab's sizes) and, where config names them (lab.records_cpu), the
 # lab measured on vLLM's CPU build (lablive.*: each request's tokens by source from the counters,
-# beside the simulator's prediction). Each set's numbers name only its own records.
+# beside the simulator's prediction); for each, its numbers, tidy tables, table and figure. Each
+# set's numbers name only its own records.
 rule lab_numbers:
     message:
         "Lab: per-request TTFT, metrics per pass, LMCache log and the simulator at the lab's sizes -> lab.* numbers, "

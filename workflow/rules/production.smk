@@ -1,7 +1,7 @@
 # Production, per setup (note: Setup, Results, Table 2, Figure 1b, Recommendations, appendix):
 #   /metrics snapshot + server log + host facts (+ headroom, cold reads where a setup has them)
-#   -> its numbers, tidy restores, Table 2 and Figure 1b (one rule, one process for all setups). Every setup runs the same rules; what
-#   differs is settings (config production.setups). The data contract runs at ingest
+#   -> its numbers, tidy restores, Table 2 and Figure 1b (one rule, one process for all setups). Every setup runs the
+#   same code; what differs is settings (config production.setups). The data contract runs at ingest
 #   (kvtier.production.contract).
 from kvtier.production.setups import FILES as SETUP_FILES, settings as setup_settings
 from kvtier.replay import opt_in_capture as replay_opt_in, tier_args as replay_tier_args

@@ -61,8 +61,8 @@ def calibrate(t: Targets, params: AgenticParams, model: ColdReadModel, hour_weig
         mid = (lo + hi) / 2
         try:
             w = assemble(d, base * float(np.exp(mid)), block_tokens)
-        except TooFewRequests:
-            lo, hi = lo, mid
+        except TooFewRequests:  # too long a think time for the period: look shorter
+            hi = mid
             continue
         lo, hi = (mid, hi) if gpu_share(w, gpu_tokens) > t.gpu_share else (lo, mid)
     params = replace(params, think_median_s=base * float(np.exp((lo + hi) / 2)))

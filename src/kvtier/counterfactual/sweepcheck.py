@@ -202,6 +202,7 @@ def register(writer: Any, record: dict[str, Any], table: pd.DataFrame, service: 
     # per run, in the sweep's order (smallest pool first, as sweepcpu.run.<i>)
     runs = list(dict.fromkeys(table.run))
     worst = worst_other = 0.0
+    calibration_run = None
     for i, run in enumerate(runs):
         g = table[table.run == run].set_index("source")
         q = P + f"run.{i}."
@@ -215,9 +216,11 @@ def register(writer: Any, record: dict[str, Any], table: pd.DataFrame, service: 
         add(q + "worst_points", run_worst, "count")
         add(q + "restores_per_traffic_hour", float(g.model_restores_per_traffic_hour.iloc[0]), "count")
         worst = max(worst, run_worst)
-        if not g.calibration_point.iloc[0]:
+        if g.calibration_point.iloc[0]:
+            calibration_run = i
+        else:
             worst_other = max(worst_other, run_worst)
-    add(P + "calibration_run", int(next(i for i, r in enumerate(runs) if table[table.run == r].calibration_point.iloc[0])), "count")
+    add(P + "calibration_run", calibration_run, "count")
     add(P + "worst_points", worst, "count", note="largest gap of any share, any run, percentage points")
     add(P + "worst_points_predicted", worst_other, "count", note="the same over the runs other than the calibration point")
     gpu = table[table.source == "gpu"].model

@@ -12,8 +12,8 @@ in workflow/schemas/ and names the file and line of a bad record.
 
 from __future__ import annotations
 
-import json
 import functools
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path

@@ -9,7 +9,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-
 from ..errors import RawRecordError
 from ..yamlio import load_yaml
 

@@ -14,8 +14,9 @@ server.log) of the same public sessions at one pool size. Per run:
 
 Two replays of the stream: one request at a time (`TieredCache`'s rules, the model of the lab and
 the counterfactual, by their compiled loop kvtier.sim.fast), and as the server ran them
-(`ResidentCache` + `replay_admitted`: a running request's blocks are held; requests are admitted first come, first served, when their blocks fit
-beside those of the running ones; each ends at the finish time its client line records). The
+(`ResidentCache` + `replay_admitted`: a running request's blocks are held; requests are admitted
+first come, first served, when their blocks fit beside those of the running ones; each ends at the
+finish time its client line records). The
 second is the prediction: the client keeps up to 16 requests in flight, and the server's KV cache
 holds only a few prompts, so most requests wait, and while they run nothing else can evict them.
 """

@@ -39,7 +39,7 @@ from ..serving.redact import scrub_file, secret_values
 from ..serving.server import PreflightError, ServerDied, VllmServer, preflight
 from .client import replay
 from . import sent
-from .schedule import Scaling, Turn, schedule_for
+from .schedule import TRACE_KINDS, Scaling, Turn, schedule_for
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def schedule(a: argparse.Namespace, s: Scaling) -> list[Turn]:
-    if a.trace.partition(":")[0] not in ("kv-cache-tester", "mooncake"):
+    if a.trace.partition(":")[0] not in TRACE_KINDS:
         raise SystemExit(f"error: --trace must start with kv-cache-tester: or mooncake:, not {a.trace!r}")
     return schedule_for(a.trace, s, sessions=a.sessions, session_gap_s=a.session_gap, limit=a.limit)
 

@@ -100,6 +100,9 @@ def mooncake(path: str | Path, s: Scaling, *, limit: int | None = None) -> list[
     return [Turn(t.session, t.index, t.at_s - t0, t.prompt, t.max_tokens, t.trace_tokens) for t in turns]
 
 
+TRACE_KINDS = ("kv-cache-tester", "mooncake")  # how kvtier-replay names a trace: KIND:PATH
+
+
 def schedule_for(trace: str, s: Scaling, *, sessions: int | None = None, session_gap_s: float = 30.0,
                  limit: int | None = None, where: str | Path = "--trace") -> list[Turn]:
     """The schedule of a trace named as kvtier-replay names it: kv-cache-tester:PATH.tgz or

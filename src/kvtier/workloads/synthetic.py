@@ -346,8 +346,8 @@ def draw(t: Targets, params: AgenticParams, model: ColdReadModel, hour_weights: 
     sessions = int(np.ceil(t.requests / max(params.turns_mean, 1.0) * 1.5)) + 50
     d = _draws(rng, sessions, _max_turns(params.turns_mean))
     prompts, out = _prompts(params, d, t)
-    return Draw(t, params, prompts, out, _timing(params, prompts, out, model, hour_weights, np.random.default_rng(seed + 2),
-                                                         t.period_s))
+    timing = _timing(params, prompts, out, model, hour_weights, np.random.default_rng(seed + 2), t.period_s)
+    return Draw(t, params, prompts, out, timing)
 
 
 def assemble(d: Draw, think_median_s: float, block_tokens: int) -> Workload:
