@@ -18,6 +18,8 @@
 # (or --skip-install with .venv-device there) uses a GPU environment that exists instead.
 # KVTIER_PYTHON picks the interpreter the venv is made from (default python3; it must be 3.12).
 # Options: scripts/device-check.sh --help. --dry-run prints the plan and stops.
+# Exit status: 0 every check passed; 1 a check failed (summary.md says which); 2 bad options or
+# environment; 3 no GPU; 4 install or model build failed; 124 past the time limit (8 minutes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${KVTIER_PYTHON:-python3}
@@ -31,7 +33,11 @@ if [ "$DRY_RUN" = 1 ]; then
   exit 0
 fi
 SECONDS=0
-left() { local n=$((TIME_LIMIT_S - SECONDS)); [ "$n" -gt 0 ] || { echo "device-check: over the ${TIME_LIMIT_S} s limit" >&2; exit 124; }; echo "$n"; }
+# seconds left of the whole check, in LEFT; past the limit the check stops (exit 124)
+budget() {
+  LEFT=$((TIME_LIMIT_S - SECONDS))
+  if [ "$LEFT" -le 0 ]; then echo "device-check: over the ${TIME_LIMIT_S} s limit" >&2; exit 124; fi
+}
 step() { echo "[$(date -u +%H:%M:%S) +${SECONDS}s] $*" >&2; }
 if ! command -v nvidia-smi >/dev/null || ! gpus=$(nvidia-smi -L 2>&1); then
   echo "device-check: no NVIDIA GPU here (nvidia-smi -L failed); nothing measured, no run folder made" >&2
@@ -54,16 +60,20 @@ else
   "$PY" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 12))' || {
     echo "device-check: $PY is Python $("$PY" -c 'import platform; print(platform.python_version())'); the GPU lock is for 3.12 (set KVTIER_PYTHON)" >&2
     exit 2; }
-  from=()
+  from=(--timeout 20 --retries 1)  # no network: fail in seconds, not minutes
   if [ -n "${KVTIER_WHEELHOUSE:-}" ]; then
     [ -d "$KVTIER_WHEELHOUSE" ] || { echo "device-check: KVTIER_WHEELHOUSE=$KVTIER_WHEELHOUSE is not a folder" >&2; exit 2; }
     from=(--no-index --find-links "$KVTIER_WHEELHOUSE")
   fi
   step "install: $VENV from requirements/vllm-gpu.txt (${KVTIER_WHEELHOUSE:+offline from $KVTIER_WHEELHOUSE}${KVTIER_WHEELHOUSE:-PyPI}); log install.log"
   [ -x "$VPY" ] || "$PY" -m venv --system-site-packages "$VENV"
-  timeout "$(left)" "$VPY" -m pip install --no-input --disable-pip-version-check --require-hashes --only-binary :all: \
-    "${from[@]}" -r requirements/vllm-gpu.txt > "$RUN_DIR/install.log" 2>&1 || {
+  budget
+  # the whole resolved set, each file against its sha256 (--no-deps: see envs/vllm-gpu.post-deploy.sh)
+  timeout "$LEFT" "$VPY" -m pip install --no-input --disable-pip-version-check --require-hashes --no-deps \
+    --only-binary :all: "${from[@]}" -r requirements/vllm-gpu.txt > "$RUN_DIR/install.log" 2>&1 || {
     echo "device-check: install failed (see $RUN_DIR/install.log); without network give KVTIER_WHEELHOUSE=dir" >&2; exit 4; }
+  # the machine's own packages are visible too: a conflict among them is reported, not fatal
+  "$VPY" -m pip check >> "$RUN_DIR/install.log" 2>&1 || echo "device-check: pip check found conflicts (install.log)" >&2
   export KVTIER_VLLM_BIN=$VENV/bin/vllm
 fi
 export KVTIER_VLLM_BIN=${KVTIER_VLLM_BIN:-$VENV/bin/vllm}
@@ -71,15 +81,22 @@ export KVTIER_VLLM_BIN=${KVTIER_VLLM_BIN:-$VENV/bin/vllm}
   echo "device-check: torch in $VPY sees no CUDA device (driver too old for the lock's CUDA 13 build?)" >&2; exit 3; }
 
 step "model: $MODEL (kvtier.tinymodel --geometry gpu); log model.log"
-[ -f "$MODEL/config.json" ] || PYTHONPATH=src timeout "$(left)" "$VPY" -m kvtier.tinymodel "$MODEL" 0 --geometry gpu > "$RUN_DIR/model.log" 2>&1
+budget
+if [ ! -f "$MODEL/config.json" ]; then
+  PYTHONPATH=src timeout "$LEFT" "$VPY" -m kvtier.tinymodel "$MODEL" 0 --geometry gpu > "$RUN_DIR/model.log" 2>&1 || {
+    echo "device-check: building the model failed (see $RUN_DIR/model.log)" >&2; exit 4; }
+fi
 
 step "copy bandwidth: bandwidth.json"
-PYTHONPATH=src timeout "$(left)" "$VPY" -m kvtier.device.bandwidth --blocks "$BANDWIDTH_BLOCKS" \
-  --block-tokens "$BLOCK_TOKENS" --out "$RUN_DIR/bandwidth.json" 2> "$RUN_DIR/bandwidth.log"
+budget
+PYTHONPATH=src timeout "$LEFT" "$VPY" -m kvtier.device.bandwidth --blocks "$BANDWIDTH_BLOCKS" \
+  --block-tokens "$BLOCK_TOKENS" --out "$RUN_DIR/bandwidth.json" 2> "$RUN_DIR/bandwidth.log" ||
+  echo "device-check: the bandwidth measurement failed (see $RUN_DIR/bandwidth.log); going on" >&2
 
 step "eviction test: $CYCLES cycles, records in $RECORDS_DIR; log harness.log"
 rc=0
-PYTHONPATH=src timeout "$(left)" "$VPY" -m kvtier.harness "${HARNESS_ARGS[@]}" --vllm-bin "$KVTIER_VLLM_BIN" \
+budget
+PYTHONPATH=src timeout "$LEFT" "$VPY" -m kvtier.harness "${HARNESS_ARGS[@]}" --vllm-bin "$KVTIER_VLLM_BIN" \
   > "$RUN_DIR/harness.log" 2>&1 || rc=$?
 [ "$rc" = 0 ] || echo "device-check: the eviction test exited $rc (see $RUN_DIR/harness.log)" >&2
 

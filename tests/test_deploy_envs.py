@@ -217,6 +217,7 @@ def test_gpu_env_installs_the_whole_lock_and_rebuilds_when_it_changes() -> None:
     assert digest and digest.group(1) == hashlib.sha256(GPU_LOCK.read_bytes()).hexdigest()
     deploy = (REPO / "envs/vllm-gpu.post-deploy.sh").read_text(encoding="utf-8")
     assert "lock=requirements/vllm-gpu.txt" in deploy and '--require-hashes' in deploy and '-r "$lock"' in deploy
+    assert "python -m pip check" in deploy  # installed with --no-deps: pip check confirms every requirement is met
     # Snakemake finds the script beside the env file by this name, and hashes its content with the file's
     from snakemake.deployment.conda import Env  # noqa: F401
 

