@@ -270,3 +270,23 @@ def test_catalog_lint_passes_with_only_snakemake(tmp_path: Path) -> None:
     done = subprocess.run([str(py), "-m", "snakemake", "--lint"], cwd=repo, capture_output=True, text=True,
                           env=bare_env, timeout=300)
     assert done.returncode == 0 and "good condition" in done.stdout + done.stderr, done.stdout[-2000:] + done.stderr[-2000:]
+
+
+@pytest.mark.skipif(os.environ.get("KVTIER_ONLINE") != "1", reason="reads PyPI for ~4 minutes: set KVTIER_ONLINE=1")
+def test_pip_resolves_exactly_the_gpu_lock(tmp_path: Path) -> None:
+    """pip's own resolver (a current pip, hash-checking mode) for the lock's platform, from PyPI:
+    the set it would install is the lock, package for package and version for version."""
+    import json
+
+    venv = tmp_path / "pip"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PIP_")}
+    pip = [str(venv / "bin/python"), "-m", "pip", "--isolated"]
+    subprocess.run([*pip, "install", "-q", "--upgrade", "pip"], check=True, env=env)  # pip 23.2 misreads extras (pypa/pip#12345)
+    tags = ["--platform", "manylinux2014_x86_64"] + [a for m in range(17, 32) for a in ("--platform", f"manylinux_2_{m}_x86_64")]
+    report = tmp_path / "report.json"
+    subprocess.run([*pip, "install", "--dry-run", "--ignore-installed", "-q", "--report", str(report), "--require-hashes",
+                    "--only-binary", ":all:", *tags, "--python-version", "3.12", "--implementation", "cp", "--abi", "cp312",
+                    "--target", str(tmp_path / "t"), "-r", str(GPU_LOCK)], check=True, env=env, timeout=1800)
+    resolved = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"] for i in json.loads(report.read_text())["install"]}
+    assert resolved == read_lock(GPU_LOCK, "3.12")
