@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import math
 import secrets
 import shlex
@@ -49,7 +48,7 @@ class Plan:
 def auto_run_id(now: dt.datetime | None = None) -> str:
     """UTC time to the second and a random suffix: two checks never share a folder."""
     now = now or dt.datetime.now(dt.timezone.utc)
-    return now.strftime("%Y-%m-%dT%H-%M-%SZ") + "-" + secrets.token_hex(2)
+    return now.strftime("%Y-%m-%dT%H-%M-%SZ") + "-" + secrets.token_hex(3)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -130,17 +129,11 @@ def shell_text(plan: Plan, model: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+MODEL_DIR = "data/device-tiny-model"  # device-check.sh builds the model there (data/ is not committed)
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    fmt = "shell"
-    model = "data/device-tiny-model"
-    if argv[:1] == ["--json"]:
-        fmt, argv = "json", argv[1:]
-    plan = make_plan(argv)
-    if fmt == "json":
-        print(json.dumps({**asdict(plan), "records_dir": plan.records_dir, "harness_args": harness_args(plan, model)}, indent=1))
-    else:
-        print(shell_text(plan, model), end="")
+    print(shell_text(make_plan(sys.argv[1:] if argv is None else argv), MODEL_DIR), end="")
     return 0
 
 
