@@ -9,6 +9,7 @@ the same figures as the README's venv; this module rewrites them from the lock a
 from __future__ import annotations
 
 import argparse
+import hashlib
 import re
 import sys
 from pathlib import Path
@@ -21,6 +22,21 @@ from packaging.utils import canonicalize_name
 CONDA_TO_PYPI = {"matplotlib-base": "matplotlib", "snakemake-minimal": "snakemake"}
 # an environment line: "  - name =1.2" (conda) or "      - name>=1.2" (its pip section)
 LINE = re.compile(r"^(?P<lead>\s*-\s+)(?P<name>[A-Za-z0-9_.\-\[\]]+)\s*(?P<spec>[=<>!~][^#]*?)?(?P<tail>\s*(#.*)?)$")
+
+
+# A comment that ties an environment file to the whole lock its post-deploy script installs:
+# Snakemake rebuilds an environment when its file changes, so the lock's digest must be in it.
+LOCK_DIGEST = re.compile(r"^(?P<lead># lock sha256: )(?P<hex>[0-9a-f]{64})(?P<tail>.*)$", re.M)
+
+
+def lock_digest(lock: str | Path) -> str:
+    """sha256 of a lock file's bytes."""
+    return hashlib.sha256(Path(lock).read_bytes()).hexdigest()
+
+
+def pin_lock_digest(env_text: str, digest: str) -> str:
+    """Rewrite the `# lock sha256: ...` comment, where the file has one, to the lock's digest."""
+    return LOCK_DIGEST.sub(lambda m: f"{m.group('lead')}{digest}{m.group('tail')}", env_text)
 
 
 class LockError(ValueError):
@@ -99,6 +115,7 @@ def pin_file(env: str | Path, lock: str | Path, write: bool) -> list[str]:
     text = env.read_text(encoding="utf-8")
     pins = read_lock(lock, _python_of(text))
     new, _ = pin_env_text(text, pins)
+    new = pin_lock_digest(new, lock_digest(lock))
     if new == text:
         return []
     if write:

@@ -1,0 +1,137 @@
+"""Host->GPU copy bandwidth at the note's geometry: offloaded blocks of 1,600 tokens at the bytes per
+token of setup C's pool, copied from pinned and from pageable host memory. Torch only.
+
+The geometry is read from the production record (vllm:kv_offload_config_info in
+raw/production/C/metrics.prom: the pool's bytes and tokens), not typed here. Without a CUDA device
+the measurement is refused (exit 3); --allow-cpu runs the same loop host->host, labelled as such,
+so that the code path can be tested on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+NO_GPU = 3
+INFO = "vllm:kv_offload_config_info"
+
+
+def geometry_from_metrics(path: str | Path) -> dict[str, float]:
+    """Bytes per token and tokens per chunk of the offload pool, from the /metrics text (prometheus_client)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = Path(path).read_text(encoding="utf-8")
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == INFO:
+                try:
+                    size, tokens, chunks = (float(s.labels[k]) for k in
+                                            ("cpu_kv_cache_size_bytes", "cpu_kv_cache_size_tokens", "cpu_num_chunks"))
+                except KeyError as e:
+                    raise ValueError(f"{path}: {INFO} has no label {e}") from None
+                if size <= 0 or tokens <= 0 or chunks <= 0:
+                    raise ValueError(f"{path}: {INFO} has a non-positive size ({s.labels})")
+                return {"bytes_per_token": size / tokens, "chunk_tokens": tokens / chunks, "source": str(path)}
+    raise ValueError(f"{path}: no {INFO} sample (vLLM 0.33+ exports it)")
+
+
+def block_bytes(bytes_per_token: float, block_tokens: int) -> int:
+    """One offloaded block; a fractional byte count means the geometry is wrong."""
+    b = bytes_per_token * block_tokens
+    if b != int(b) or b <= 0:
+        raise ValueError(f"{bytes_per_token} bytes/token x {block_tokens} tokens = {b} is not a whole positive byte count")
+    return int(b)
+
+
+def rates(nbytes: int, seconds: list[float]) -> dict[str, Any]:
+    """GB/s (10^9 bytes a second) of each repeat that copied nbytes, with the median and range."""
+    if not seconds or min(seconds) <= 0:
+        raise ValueError(f"need positive times, got {seconds}")
+    gbs = [nbytes / t / 1e9 for t in seconds]
+    return {"bytes_per_repeat": nbytes, "seconds": seconds, "gb_per_s": gbs, "median_gb_per_s": statistics.median(gbs),
+            "min_gb_per_s": min(gbs), "max_gb_per_s": max(gbs)}
+
+
+def _copy_seconds(torch: Any, src: Any, dst: Any, cuda: bool) -> float:
+    """Copy every block of src into dst once, block by block as the offload worker does; seconds."""
+    if cuda:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        for i in range(src.shape[0]):
+            dst[i].copy_(src[i], non_blocking=True)
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) / 1e3
+    t0 = time.perf_counter()
+    for i in range(src.shape[0]):
+        dst[i].copy_(src[i])
+    return time.perf_counter() - t0
+
+
+def measure(per_block: int, blocks: int, repeats: int, allow_cpu: bool) -> dict[str, Any]:
+    """Pinned and pageable host memory -> the GPU (or host->host with allow_cpu and no GPU)."""
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if not cuda and not allow_cpu:
+        raise SystemExit(NO_GPU)
+    device = torch.device("cuda") if cuda else torch.device("cpu")
+    dst = torch.empty((blocks, per_block), dtype=torch.uint8, device=device)
+    out: dict[str, Any] = {"device": torch.cuda.get_device_name(0) if cuda else "cpu",
+                           "direction": "host->gpu" if cuda else "host->host (no GPU: not a host->GPU measurement)",
+                           "torch": torch.__version__, "cuda": torch.version.cuda, "memory": {}}
+    for kind in ("pinned", "pageable"):
+        if kind == "pinned" and not cuda:
+            out["memory"][kind] = {"skipped": "pinned memory needs a CUDA device"}
+            continue
+        src = torch.empty((blocks, per_block), dtype=torch.uint8, pin_memory=(kind == "pinned"))
+        src.fill_(1)
+        _copy_seconds(torch, src, dst, cuda)  # warm-up: first-touch and allocator effects
+        secs = [_copy_seconds(torch, src, dst, cuda) for _ in range(repeats)]
+        r = rates(per_block * blocks, secs)
+        r["median_ms_per_block"] = statistics.median(secs) / blocks * 1e3
+        out["memory"][kind] = r
+        del src
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--metrics", default="raw/production/C/metrics.prom", help="where the pool geometry is read")
+    ap.add_argument("--bytes-per-token", type=float, help="instead of --metrics")
+    ap.add_argument("--block-tokens", type=int, default=1600)
+    ap.add_argument("--blocks", type=int, default=32, help="blocks copied per repeat")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--allow-cpu", action="store_true", help="no GPU: copy host->host instead of refusing (tests)")
+    ap.add_argument("--out", help="JSON file to write (default: stdout)")
+    a = ap.parse_args(argv)
+    if a.repeats < 3 or a.blocks < 1:
+        ap.error("need --repeats >= 3 and --blocks >= 1")
+    geo = ({"bytes_per_token": a.bytes_per_token, "source": "--bytes-per-token"} if a.bytes_per_token
+           else geometry_from_metrics(a.metrics))
+    per_block = block_bytes(geo["bytes_per_token"], a.block_tokens)
+    try:
+        result = measure(per_block, a.blocks, a.repeats, a.allow_cpu)
+    except SystemExit as e:
+        if e.code == NO_GPU:
+            print("error: no CUDA device: the host->GPU bandwidth cannot be measured here "
+                  "(--allow-cpu copies host->host, for testing only)", file=sys.stderr)
+        raise
+    result.update(load_average=list(os.getloadavg()), geometry=geo, block_tokens=a.block_tokens, block_bytes=per_block, blocks=a.blocks, repeats=a.repeats)
+    text = json.dumps(result, indent=1)
+    if a.out:
+        Path(a.out).write_text(text + "\n", encoding="utf-8")
+    else:
+        print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
