@@ -343,7 +343,7 @@ def table1_markdown(t: pd.DataFrame) -> str:
 def figure_1a(t: pd.DataFrame, out: str | Path) -> None:
     """Figure 1a: TTFT cold, hit and restored per setup (log scale), one row of bars per setup
     so the labels stay legible on a phone; each bar carries its value, each setup its ratio."""
-    from ..render.svg import OKABE_ITO, WIDTH, panels
+    from ..render.svg import OKABE_ITO, WIDTH, panels, plain_log_ticks
 
     kinds = [("ttft_cold_s", "read cold", OKABE_ITO["vermillion"]), ("ttft_hit_s", "hit in GPU memory", OKABE_ITO["sky"]),
              ("ttft_restore_s", "restored from RAM", OKABE_ITO["blue"])]
@@ -358,6 +358,7 @@ def figure_1a(t: pd.DataFrame, out: str | Path) -> None:
             ax.annotate(f"{v:.2f} s", (v, b.get_y() + b.get_height() / 2), ha="left", va="center",
                         xytext=(3, 0), textcoords="offset points")
     ax.set_xscale("log")
+    plain_log_ticks(ax.xaxis)
     ax.set_xlim(right=float(t.ttft_cold_s.max()) * 6)
     ax.set_yticks(y, [f"setup {r.setup}\n{r.ratio_cold_restore:.0f}× sooner" for r in t.itertuples(index=False)])
     ax.set_xlabel("time to first token (s, log scale)")

@@ -9,7 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
-from ..render.svg import OKABE_ITO, WIDTH, panels, save_svg
+from ..render.svg import OKABE_ITO, WIDTH, panels, plain_log_ticks, save_svg
 
 TITLES = {"vllm": "vLLM alone", "lmcache": "vLLM with LMCache"}
 PASS_NAMES = {"first": "first read", "second": "same order again", "reverse": "reverse"}
@@ -38,6 +38,7 @@ def ttft_figure(table: pd.DataFrame, out: str | Path, bar_label: str = "measured
             ax.text(x0 + (len(s) - 1) / 2, 1.6e3, name, ha="center")
             x0 += len(s) + 1
         ax.set_yscale("log")
+        plain_log_ticks(ax.yaxis)
         ax.set_ylim(1, 2.5e3)
         ax.set_xticks(ticks, labels, color="#222222", rotation=90)
         ax.tick_params(axis="x", length=0, pad=2)

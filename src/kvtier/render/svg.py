@@ -37,6 +37,15 @@ def panels(rows: int, row_height: float, **kw: object) -> tuple[Figure, object]:
         return plt.subplots(rows, 1, figsize=(WIDTH, row_height * rows), **kw)
 
 
+def plain_log_ticks(axis: object) -> None:
+    """Label a log axis 0.1, 1, 10, 100 rather than 10 with a superscript exponent, whose small
+    digits would fall under the minimum size; minor ticks unlabelled."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    axis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))  # type: ignore[attr-defined]
+    axis.set_minor_formatter(NullFormatter())  # type: ignore[attr-defined]
+
+
 def save_svg(fig: Figure, out: str | Path, name: str) -> None:
     """Write the figure (its folder made if needed) and close it. matplotlib salts SVG ids
     randomly and stamps a date; both are fixed so reruns are byte-identical."""
