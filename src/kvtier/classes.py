@@ -44,6 +44,14 @@ MODELLED: tuple[tuple[str, str], ...] = (
 # the measured service times it reads keep their records' class.
 NOT_MODELLED: tuple[str, ...] = (
     "cf.target.*",
+    # the grid a model is run on and the parameters it is given, not what it computes
+    "cf.sweep.pool_sizes", "cf.sweep.largest_pool_ratio", "cf.sweep.*.ratio",
+    "cf.fit.reusable_low", "cf.fit.reusable_high", "cf.fit.reusable_tried",
+    "cf.model.growth_sigma", "cf.model.system_tokens", "cf.model.think_sigma", "cf.model.decode_rate",
+    "sweepcpu.cal.fit.reusable_low", "sweepcpu.cal.fit.reusable_high", "sweepcpu.cal.fit.reusable_tried",
+    "sweepcpu.cal.model.growth_sigma", "sweepcpu.cal.model.system_tokens", "sweepcpu.cal.model.think_sigma",
+    "sweepcpu.cal.model.block_tokens", "sweepcpu.cal.model.gpu_tokens", "sweepcpu.cal.model.pool_blocks",
+    "sweepcpu.cal.model.decode_rate",
     "sweepcpu.cal.target.*",
     "sweepcpu.cal.service.*",
     "sweepcpu.cal.capture.*",
