@@ -146,7 +146,9 @@ def _unshared_bytes(repo: Path, doc: str) -> int:
     return len(page.encode("utf-8"))
 
 
-@pytest.mark.parametrize("doc,factor", [("note", 2), ("lab", 5)])
+# The note lists fewer numbers since its measured work moved to the validation page (issue 24),
+# so less of its page is shared sets; the validation page and the lab carry the big runs.
+@pytest.mark.parametrize("doc,factor", [("note", 1.5), ("validation", 2), ("lab", 5)])
 def test_page_is_much_smaller_than_listing_every_file_per_row(built_repo: Path, doc: str, factor: int) -> None:
     now = (built_repo / f"paper/{doc}.provenance.html").stat().st_size
     before = _unshared_bytes(built_repo, doc)

@@ -57,11 +57,12 @@ def _lab() -> dict:
     return _registry(w, Path("."))
 
 
-def _render(template: str, registry: dict) -> str:
-    """Markdown of one template, with classes from a ledger over the copy's manifest."""
+def _render(template: str, registry: dict, marks: bool = False) -> str:
+    """Markdown of one template, with classes from a ledger over the copy's manifest (the class
+    marks off, so a sentence reads as words; `marks=True` for the tests of the marks)."""
     ledger = build_ledger(registry, "raw/MANIFEST.tsv")
     ctx = {"stamp": STAMP, **_inputs_context(read_manifest("raw/MANIFEST.tsv"))}
-    return Renderer(TEMPLATES, registry, "md", FIGS, ctx, classes=number_classes(ledger)).render(template)
+    return Renderer(TEMPLATES, registry, "md", FIGS, ctx, classes=number_classes(ledger), marks=marks).render(template)
 
 
 def _set_class(prefix: str, klass: str) -> None:
@@ -77,7 +78,7 @@ def _set_class(prefix: str, klass: str) -> None:
 
 def test_a_missing_code_changes_the_sentence_on_the_codes(raw_copy: Path) -> None:
     text = _render("sections/results_eviction.md.j2", _evict())
-    assert "Every restored request, three in all (two on A, one on C), named all three codes." in text
+    assert "Each of the three restored requests (two on A, one on C) named all three codes." in text
 
     path = RUN_A / "requests.jsonl"
     lines = []
@@ -90,8 +91,8 @@ def test_a_missing_code_changes_the_sentence_on_the_codes(raw_copy: Path) -> Non
     registry = _evict()
     assert registry["evict.restored_with_codes"].value == 2  # found again in the raw answer, not trusted
     text = _render("sections/results_eviction.md.j2", registry)
-    assert "Every restored request" not in text
-    assert "Not every restored request named all three codes: two of three did (one of two on A, one of one on C)" in text
+    assert "Each of the three restored requests" not in text
+    assert "Only two of the three restored requests (one of two on A, one of one on C) named all three codes." in text
     assert "| Restored requests with all codes | 1 of 2 | 1 of 1 |" in text
 
 
@@ -117,19 +118,32 @@ def test_hits_on_the_second_pass_change_the_lab_sentences(raw_copy: Path) -> Non
     assert "0 hit tokens, where the vLLM counter shows 2,048." in text
 
 
-def test_the_records_class_chooses_who_ran_the_test(raw_copy: Path) -> None:
-    registry = _evict()
-    text = _render("sections/setup_eviction.md.j2", registry)
-    assert "The records read here are replicas in the format `kvtier-harness` writes, not runs of it" in text
-    assert "The test is run by `kvtier-harness`" not in text
+def test_flipping_a_records_class_moves_the_mark_of_its_numbers(raw_copy: Path) -> None:
+    """Issue 24: a number's mark follows its own class. Replica records give the replica mark;
+    the same records classed as measured give the measured mark; a number a model computed
+    (the cold-read model's minutes) stays modelled whatever its records are."""
+    from kvtier.render.env import MARKS
 
-    _set_class("raw/eviction/", "measured")
-    text = _render("sections/setup_eviction.md.j2", registry)
-    assert "The test is run by `kvtier-harness`, which also checks" in text
+    registry = {**_evict(), **_prod(None)}
+    (Path("t.j2")).write_text("{{ n.evict.A.ttft.cold | seconds }} / {{ n.prod.coldread.total | minutes }} / "
+                              "{{ n.evict.C.ttft.cold | seconds }}")
 
-    _set_class("raw/eviction/C/", "replica")
-    text = _render("sections/setup_eviction.md.j2", registry)
-    assert "Some of these records were written by `kvtier-harness` running the test, others are replicas" in text
+    def render(mode: str) -> str:
+        ledger = build_ledger(registry, "raw/MANIFEST.tsv")
+        r = Renderer(".", registry, mode, {}, {"stamp": STAMP}, classes=number_classes(ledger), prov_href="p.html")
+        return r.render("t.j2")
+
+    assert render("md") == f"44.62 s{MARKS['replica']} / 41{MARKS['modelled']} / 12.37 s{MARKS['replica']}"
+    assert 'class="num replica"' in render("html") and 'class="num modelled"' in render("html")
+    _set_class(str(RUN_A), "measured")
+    assert render("md") == f"44.62 s{MARKS['measured']} / 41{MARKS['modelled']} / 12.37 s{MARKS['replica']}"
+    html = render("html")
+    assert html.count('class="num measured"') == 1 and html.count('class="num replica"') == 1
+    assert "measured here" in html.split("</a>")[0]  # the link's title says the class too
+    ledger = build_ledger(registry, "raw/MANIFEST.tsv")
+    entry = ledger["numbers"]["prod.coldread.total"]
+    assert entry["class"] == "modelled" and entry["inputs_class"] in ("replica", "part-replica")
+    assert ledger["numbers"]["evict.A.ttft.cold"]["class"] == "measured"
 
 
 def test_the_records_class_chooses_measured_or_replica_in_the_lab(raw_copy: Path) -> None:
@@ -173,8 +187,12 @@ def _prod(override: int | None) -> dict:
 def test_the_note_says_when_config_overrides_the_derived_correction(raw_copy: Path) -> None:
     evict = _evict()
     text = _render("sections/setup_production.md.j2", {**evict, **_prod(None)})
-    assert ("We size a restore as the blocks it moved less four, the blocks the server moves beyond those that serve "
-            "tokens, as the replica eviction-test records of this server give them (131 moved for 127 served)") in text
+    assert ("A restore is sized as the blocks it moved less four, the blocks the server moves beyond those that serve "
+            "tokens (131 moved for 127 served in the eviction test)") in text
+    assert "set in the configuration" not in text
     text = _render("sections/setup_production.md.j2", {**evict, **_prod(3)})
-    assert ("We size a restore as the blocks it moved less three, a number set in the configuration, where the eviction "
-            "test on this server gives four;") in text
+    assert ("A restore is sized as the blocks it moved less three (set in the configuration; the eviction test gives "
+            "four),") in text
+    # the override is said wherever the correction is used, not only where it is introduced
+    text = _render("sections/limitations.md.j2", {**evict, **_prod(3)})
+    assert "subtracting three blocks (set in the configuration; the eviction test gives four)" in text

@@ -18,7 +18,7 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
-@pytest.mark.parametrize("page", ["paper/note.html", "paper/lab.html"])
+@pytest.mark.parametrize("page", ["paper/note.html", "paper/validation.html", "paper/lab.html"])
 def test_page_renders_with_every_figure(built_repo: Path, page: str) -> None:
     sync_api = pytest.importorskip("playwright.sync_api")
     path = built_repo / page
@@ -93,7 +93,7 @@ LAYOUT = """() => {
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
 @pytest.mark.parametrize("width,media", WIDTHS, ids=[f"{w}-{m}" for w, m in WIDTHS])
-@pytest.mark.parametrize("page", ["paper/note.html", "paper/lab.html", "paper/note.provenance.html"])
+@pytest.mark.parametrize("page", ["paper/note.html", "paper/validation.html", "paper/lab.html", "paper/note.provenance.html"])
 def test_layout_at_phone_laptop_and_print_widths(built_repo: Path, page: str, width: int, media: str) -> None:
     """No sideways scroll, every table and figure inside the text column, captions kept with
     their tables (one <figure> that print does not split)."""
@@ -116,7 +116,7 @@ def test_layout_at_phone_laptop_and_print_widths(built_repo: Path, page: str, wi
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
-@pytest.mark.parametrize("doc", ["note", "lab"])
+@pytest.mark.parametrize("doc", ["note", "validation", "lab"])
 def test_every_number_links_to_a_row_of_the_provenance_page(built_repo: Path, doc: str) -> None:
     sync_api = pytest.importorskip("playwright.sync_api")
     with sync_api.sync_playwright() as p:
@@ -135,3 +135,59 @@ def test_every_number_links_to_a_row_of_the_provenance_page(built_repo: Path, do
     assert height < 40_000  # the note itself stays short: provenance is one click away
     if doc == "note":
         assert 0 < shown < len(ids)
+
+
+# Issue 24: every figure readable on a phone and in print. Each figure of the built pages is put
+# inline, as the pages size it (max-width 100% of the column), into a page of the note's width
+# at 390 px and in print, and the smallest rendered text is measured: its font size in the SVG's
+# own units times the scale the browser drew it at.
+FIGURE_PAGE = """<!DOCTYPE html><meta name="viewport" content="width=device-width, initial-scale=1">
+<style>body { max-width: 46em; margin: 2em auto; padding: 0 1em; } figure { margin: 1.5em 0; max-width: 100%; }
+svg { max-width: 100%; height: auto; }</style>"""
+SMALLEST = """() => [...document.querySelectorAll('figure')].map(f => {
+  let least = Infinity, which = '';
+  for (const t of f.querySelectorAll('text, tspan')) {
+    if (t.querySelector('tspan')) continue;  // measure the innermost run: a superscript is a tspan
+    const m = t.getScreenCTM(), size = parseFloat(getComputedStyle(t).fontSize) * Math.hypot(m.a, m.b);
+    if (t.textContent.trim() && size < least) { least = size; which = t.textContent; }
+  }
+  return [f.id, least, which, f.querySelectorAll('text').length];
+})"""
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
+@pytest.mark.parametrize("width,media,least_px", [(390, "screen", 9.0), (718, "print", 7 * 96 / 72)],
+                         ids=["390-screen", "print"])
+def test_every_figure_text_is_legible_at_phone_width_and_in_print(built_repo: Path, width: int, media: str,
+                                                                 least_px: float) -> None:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    figures = sorted((built_repo / "figures").glob("*.svg"))
+    assert figures
+    body = "".join(f'<figure id="{f.stem}">{f.read_text(encoding="utf-8").split("?>", 1)[-1]}</figure>' for f in figures)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        tab = browser.new_page(viewport={"width": width, "height": 900})
+        tab.emulate_media(media=media)
+        tab.set_content(FIGURE_PAGE + body)
+        got = tab.evaluate(SMALLEST)
+        browser.close()
+    assert len(got) == len(figures)
+    assert all(n > 0 for _, _, _, n in got), "a figure has no text elements (text drawn as paths cannot be measured)"
+    small = [(name, round(px, 2), text) for name, px, text, _ in got if px < least_px - 0.01]
+    assert not small, f"text under {least_px:.1f} px at {width} px ({media}): {small}"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (apt-get install chromium)")
+@pytest.mark.parametrize("page", ["paper/note.html", "paper/validation.html", "paper/lab.html"])
+def test_every_figure_has_an_alt_text_that_says_what_it_shows(built_repo: Path, page: str) -> None:
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        tab = browser.new_page(viewport={"width": 390, "height": 844})
+        tab.goto((built_repo / page).as_uri())
+        alts = tab.eval_on_selector_all("figure img", "els => els.map(e => [e.closest('figure').id, e.alt])")
+        browser.close()
+    assert alts
+    for fig_id, alt in alts:
+        assert alt != fig_id and "svg" not in alt and len(alt.split()) >= 8, (fig_id, alt)
+        assert "<" not in alt and "●" not in alt and "◇" not in alt and "△" not in alt, (fig_id, alt)

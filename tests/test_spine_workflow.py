@@ -31,7 +31,7 @@ def test_default_target_builds_note_and_claims(built_repo: Path) -> None:
     for i in range(1, 5):  # the cold-read slice, end to end
         assert rows[f"setup.coldread_p{i}_s"]["status"] == "pass"
     note = (built_repo / "paper/note.md").read_text()
-    assert "889K in 58.9 s" in note  # printed from the registry, as the note prints it
+    assert "889K: 58.9 s" in note  # printed from the registry, as the note prints it
     # the rebuilt note prints every published number with the published digits
     differ = [f"{r['id']}: {r['in_text']}" for r in rows.values() if r["doc"] == "note" and r["in_text"] != "as published"]
     assert not differ, differ

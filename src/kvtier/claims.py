@@ -41,7 +41,7 @@ SCHEMA: dict[str, Any] = {
                 "additionalProperties": False,
                 "properties": {
                     "id": {"type": "string", "pattern": r"^[A-Za-z0-9_.\-]+$"},
-                    "doc": {"enum": ["note", "lab"]},
+                    "doc": {"enum": ["note", "validation", "lab"]},
                     "where": {"type": "string"},
                     "context": {"type": "string"},
                     "printed": {"type": "string"},

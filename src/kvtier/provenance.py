@@ -14,6 +14,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Iterable
 
+from .classes import inputs_class, modelled_by, own_class
 from .manifest import read_manifest, sha256_of
 from .numbers import Number, atomic_write_text
 
@@ -103,7 +104,11 @@ def build_ledger(registry: dict[str, Number], manifest: str | Path, rules_dir: s
                   "class": entries[p].klass if p in entries else "unlisted"} for p in raw],
             )
         loc = rules.get(n.rule, {})
+        record_classes = frozenset(r["class"] for r in files[inputs][1])
         numbers[key] = {
+            "class": own_class(key, record_classes),
+            "inputs_class": inputs_class(record_classes),
+            "modelled_by": modelled_by(key),
             "value": n.value,
             "unit": n.unit,
             "rule": n.rule,

@@ -39,6 +39,10 @@ def template_files(wildcards):
 # The documents paper.smk's publish rule renders.
 DOCUMENTS = {
     "note": {"template": "note.md.j2", "title": "A Host-RAM Tier for the KV Cache"},
+    "validation": {
+        "template": "validation.md.j2",
+        "title": "A Host-RAM Tier for the KV Cache: what this artifact measured and modelled beside the note",
+    },
     "lab": {
         "template": "lab.md.j2",
         "title": "KV caches that don't fit on the GPU: cyclic access, LRU and offloading to CPU",
@@ -53,5 +57,5 @@ def document_figures(wildcards):
 
 def documents(wildcards):
     """Each document's template, title and the names of the figures it may embed."""
-    figures = {"note": sorted(FIGURES), "lab": sorted(LAB_FIGURES)}
+    figures = {"note": sorted(FIGURES), "validation": sorted(FIGURES), "lab": sorted(LAB_FIGURES)}
     return {name: {**doc, "figures": figures[name]} for name, doc in DOCUMENTS.items()}

@@ -21,6 +21,10 @@ rule publish:
         note_html="paper/note.html",
         note_prov="paper/note.provenance.html",
         note_used="results/rendered/note.used.json",
+        validation_md="paper/validation.md",
+        validation_html="paper/validation.html",
+        validation_prov="paper/validation.provenance.html",
+        validation_used="results/rendered/validation.used.json",
         lab_md="paper/lab.md",
         lab_html="paper/lab.html",
         lab_prov="paper/lab.provenance.html",
@@ -59,18 +63,20 @@ rule claims:
 
 rule note_pdf:
     message:
-        "Print paper/note.html to PDF with headless Chromium"
+        "Print paper/{wildcards.doc}.html to PDF with headless Chromium"
     input:
         code=PACKAGE_CODE,
-        html="paper/note.html",
+        html="paper/{doc}.html",
     output:
-        pdf="paper/note.pdf",
+        pdf="paper/{doc}.pdf",
+    wildcard_constraints:
+        doc="note|validation|lab",
     params:
         chromium=config.get("chromium", "chromium"),
     log:
-        "logs/note_pdf.log",
+        "logs/{doc}_pdf.log",
     benchmark:
-        "results/benchmarks/note_pdf.tsv"
+        "results/benchmarks/{doc}_pdf.tsv"
     conda:
         ANALYSIS_ENV
     script:

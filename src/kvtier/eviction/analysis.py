@@ -341,29 +341,27 @@ def table1_markdown(t: pd.DataFrame) -> str:
 
 
 def figure_1a(t: pd.DataFrame, out: str | Path) -> None:
-    """Figure 1a: TTFT cold, hit and restored per setup (log scale), ratios on top."""
-    import matplotlib
+    """Figure 1a: TTFT cold, hit and restored per setup (log scale), one row of bars per setup
+    so the labels stay legible on a phone; each bar carries its value, each setup its ratio."""
+    from ..render.svg import OKABE_ITO, WIDTH, panels, plain_log_ticks
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(5.6, 3.4))
-    kinds = [("ttft_cold_s", "read cold", "#b0b0b0"), ("ttft_hit_s", "hit in GPU memory", "#6a9fd4"),
-             ("ttft_restore_s", "restored from RAM after eviction", "#d4793a")]
-    x = np.arange(len(t))
-    width = 0.26
+    kinds = [("ttft_cold_s", "read cold", OKABE_ITO["vermillion"]), ("ttft_hit_s", "hit in GPU memory", OKABE_ITO["sky"]),
+             ("ttft_restore_s", "restored from RAM", OKABE_ITO["blue"])]
+    fig, ax = panels(1, 0.75 + 0.95 * len(t))
+    fig.set_size_inches(WIDTH, 0.75 + 0.95 * len(t))
+    height = 0.26
+    y = np.arange(len(t))[::-1].astype(float)
     for i, (col, label, color) in enumerate(kinds):
         vals = t[col].to_numpy(dtype=float)
-        bars = ax.bar(x + (i - 1) * width, vals, width, label=label, color=color)
+        bars = ax.barh(y + (1 - i) * height, vals, height, label=label, color=color)
         for b, v in zip(bars, vals):
-            ax.annotate(f"{v:.2f} s", (b.get_x() + b.get_width() / 2, v), ha="center", va="bottom", fontsize=7,
-                        xytext=(0, 2), textcoords="offset points")
-    ax.set_yscale("log")
-    ax.set_ylim(top=float(t.ttft_cold_s.max()) * 4)
-    ax.set_xticks(x, [f"setup {r.setup}\n{r.prompt_tokens / 1e3:.0f}K tokens, cold/restored {r.ratio_cold_restore:.0f}×"
-                      for r in t.itertuples(index=False)], fontsize=8)
-    ax.set_ylabel("time to first token (s, log scale)")
-    ax.legend(fontsize=7, frameon=False, loc="upper right")
-    ax.spines[["top", "right"]].set_visible(False)
+            ax.annotate(f"{v:.2f} s", (v, b.get_y() + b.get_height() / 2), ha="left", va="center",
+                        xytext=(3, 0), textcoords="offset points")
+    ax.set_xscale("log")
+    plain_log_ticks(ax.xaxis)
+    ax.set_xlim(right=float(t.ttft_cold_s.max()) * 6)
+    ax.set_yticks(y, [f"setup {r.setup}\n{r.ratio_cold_restore:.0f}× sooner" for r in t.itertuples(index=False)])
+    ax.set_xlabel("time to first token (s, log scale)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.45, -0.32), ncol=3, handlelength=1, columnspacing=0.8)
     fig.tight_layout()
     save_svg(fig, out, "fig1a")

@@ -153,17 +153,13 @@ def register_numbers(writer: Any, table: pd.DataFrame) -> None:
 def figure(table: pd.DataFrame, out: str | Path) -> None:
     """Per setup, each request's prompt tokens by source as measured (stacked bars), with the
     simulator's prediction of the cached part (GPU, then GPU + CPU) as ticks."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ..render.svg import save_svg
+    from ..render.svg import OKABE_ITO, WIDTH, panels, save_svg
 
     setups = [s for s in SETUPS if s in set(table.setup)]
-    fig, axes = plt.subplots(len(setups), 1, figsize=(9, 2.2 * len(setups)), sharex=True)
+    fig, axes = panels(len(setups), 1.7, sharex=True)
+    fig.set_size_inches(WIDTH, 1.7 * len(setups) + 1.1)
     axes = [axes] if len(setups) == 1 else list(axes)
-    colors = {"gpu_tokens": "#6a9fd4", "cpu_tokens": "#d4793a", "computed_tokens": "#c8c8c8"}
+    colors = {"gpu_tokens": OKABE_ITO["sky"], "cpu_tokens": OKABE_ITO["orange"], "computed_tokens": "#d9d9d9"}
     labels = {"gpu_tokens": "from the KV cache", "cpu_tokens": "from the CPU tier", "computed_tokens": "computed"}
     for ax, setup in zip(axes, setups):
         g = table[table.setup == setup].reset_index(drop=True)
@@ -172,19 +168,17 @@ def figure(table: pd.DataFrame, out: str | Path) -> None:
         for col, color in colors.items():
             ax.bar(x, g[col], bottom=bottom, color=color, width=0.8, label=labels[col])
             bottom = bottom + g[col]
-        ax.scatter(x, g.pred_gpu_tokens, marker="_", s=60, color="#1f3b66", linewidths=1.5, zorder=3,
+        ax.scatter(x, g.pred_gpu_tokens, marker="_", s=40, color=OKABE_ITO["black"], linewidths=1.6, zorder=3,
                    label="simulator: KV cache")
-        ax.scatter(x, g.pred_gpu_tokens + g.pred_cpu_tokens, marker="_", s=60, color="#7a3300", linewidths=1.5, zorder=3,
-                   label="simulator: KV cache + CPU tier")
+        ax.scatter(x, g.pred_gpu_tokens + g.pred_cpu_tokens, marker="v", s=14, color=OKABE_ITO["vermillion"],
+                   linewidths=0, zorder=3, label="simulator: + CPU tier")
         edges = g.index[g["pass"].ne(g["pass"].shift())].tolist()[1:]
         for e in edges:
             ax.axvline(e - 0.5, color="#888", lw=0.6)
-        ax.set_title(SETUP_TITLES.get(setup, setup), fontsize=9, loc="left")
-        ax.set_ylabel("prompt tokens", fontsize=8)
-        ax.spines[["top", "right"]].set_visible(False)
-        ax.tick_params(labelsize=7)
-    axes[-1].set_xlabel("request, in the order sent (passes: first, same order, reverse; then one check prompt)", fontsize=8)
+        ax.set_title(SETUP_TITLES.get(setup, setup), loc="left")
+        ax.set_ylabel("tokens")
+    axes[-1].set_xlabel("request in the order sent (first pass, same order,\nreverse, then one check prompt)")
     handles, names = axes[0].get_legend_handles_labels()
-    fig.legend(handles, names, loc="lower center", ncol=5, fontsize=7, frameon=False)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    fig.legend(handles, names, loc="lower center", ncol=2, handletextpad=0.3, columnspacing=0.8)
+    fig.tight_layout(rect=(0, 0.16, 1, 1))
     save_svg(fig, out, "lab_live")

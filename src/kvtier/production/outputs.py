@@ -88,28 +88,25 @@ def figure_1b(bins: pd.DataFrame, out: str | Path, figure_id: str = "fig1b") -> 
     """Bars of restores per size bin; under each bin its token range and, on a second row, the
     modelled cold read at its upper edge (where there is a model); extrapolated bins hatched
     and their labels marked."""
-    import matplotlib
+    from ..render.svg import OKABE_ITO, WIDTH, panels
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7.2, 3.6))
-    x = np.arange(len(bins))
-    colors = ["#9ecae1" if ex else "#3182bd" for ex in bins["extrapolated"]]
-    bars = ax.bar(x, bins["restores"], color=colors, edgecolor="#08519c", linewidth=0.6,
-                  hatch=None)
+    n = len(bins)
+    fig, ax = panels(1, 0.9 + 0.32 * n)
+    fig.set_size_inches(WIDTH, 0.9 + 0.32 * n)
+    y = np.arange(n)[::-1]
+    colors = [OKABE_ITO["sky"] if ex else OKABE_ITO["blue"] for ex in bins["extrapolated"]]
+    bars = ax.barh(y, bins["restores"], color=colors, edgecolor="#000000", linewidth=0.4, height=0.7)
     for b, ex in zip(bars, bins["extrapolated"]):
         if ex:
             b.set_hatch("///")
-    for xi, c in zip(x, bins["restores"]):
-        ax.annotate(f"{int(c)}", (xi, c), ha="center", va="bottom", fontsize=8, xytext=(0, 2), textcoords="offset points")
+    for yi, c in zip(y, bins["restores"]):
+        ax.annotate(f"{int(c)}", (c, yi), ha="left", va="center", xytext=(3, 0), textcoords="offset points")
     modelled = bool(np.isfinite(bins["cold_read_at_upper_s"].to_numpy(float)).all())
-    labels = [f"{_k(lo)}–{_k(hi)}" + (f"\n{'~' if ex else ''}{s:.1f} s{'*' if ex else ''}" if modelled else "")
+    labels = [f"{_k(lo)}–{_k(hi)}" + (f"  {'~' if ex else ''}{s:.1f} s{'*' if ex else ''}" if modelled else "")
               for lo, hi, s, ex in zip(bins["lower"], bins["upper"], bins["cold_read_at_upper_s"], bins["extrapolated"])]
-    ax.set_xticks(x, labels, fontsize=7.5)
-    ax.set_ylabel("restores")
-    ax.set_xlabel("tokens served by the restore\nmodelled cold read at the bin's upper edge (* extrapolated below the first timed read)"
-                  if modelled else "tokens served by the restore", fontsize=8)
-    ax.spines[["top", "right"]].set_visible(False)
+    ax.set_yticks(y, labels)
+    ax.set_xlim(right=float(bins["restores"].max()) * 1.18)
+    ax.set_xlabel("restores")
+    ax.set_ylabel("tokens served" + ("; cold read at the\nupper edge (* extrapolated)" if modelled else ""))
     fig.tight_layout()
     save_svg(fig, out, figure_id)

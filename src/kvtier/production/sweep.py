@@ -367,58 +367,62 @@ def register_numbers(writer: Any, results: list[RunResult]) -> None:
     writer.add("sweepcpu.sequential.agree", int(sum(int(x.table.seq_agrees.sum()) for x in results)), "requests")
 
 
-STYLE = {"measured": dict(color="#222222", marker="o", linestyle="none", label="measured (server counters)"),
-         "simulated": dict(color="#1f5fa8", marker="", linestyle="-", label="simulator, requests as the server ran them"),
-         "sequential": dict(color="#c2571a", marker="", linestyle="--", label="simulator, one request at a time"),
-         "calibrated": dict(color="#2e8b3e", marker="s", markersize=4, linestyle=":",
-                            label="synthetic workload calibrated to the capture")}
+# Each run is one point: the runs do not lie on one curve (each sends its own stream), so no
+# series is joined by lines. Okabe-Ito colours, and a distinct marker for every series.
+STYLE = {"measured": dict(color="#000000", marker="o", markersize=6, label="measured (server counters)"),
+         "simulated": dict(color="#0072B2", marker="x", markersize=7, markeredgewidth=1.6,
+                           label="simulator, as the server ran the requests"),
+         "sequential": dict(color="#D55E00", marker="+", markersize=8, markeredgewidth=1.6,
+                            label="simulator, one request at a time"),
+         "calibrated": dict(color="#009E73", marker="s", markersize=5, markerfacecolor="none", markeredgewidth=1.4,
+                            label="workload calibrated to the capture")}
+OFFSETS = {"measured": -0.21, "simulated": -0.07, "sequential": 0.07, "calibrated": 0.21}
 
 
 def figure(tidy_table: pd.DataFrame, out: str | Path, calibrated: pd.DataFrame | None = None) -> None:
-    """Figure 2's shape, measured: (a) share of prompt tokens from the KV cache and from the pool,
-    (b) share of the KV cache's misses served by the pool, against pool size / KV cache size.
+    """Figure 2's quantities, measured: (a) the share of prompt tokens from the KV cache, (b) from
+    the pool, (c) the share of the KV cache's misses served by the pool, one column per run (its
+    pool over the KV cache), each series a marker beside the others, stacked panels.
     `calibrated` (kvtier.counterfactual.sweepcheck.predict's table): the calibrated synthetic
     workload's shares at each run's pool size, as a fourth series."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ..render.svg import save_svg
-
-    from matplotlib.lines import Line2D
+    from ..render.svg import WIDTH, panels, save_svg
 
     t = tidy_table.assign(ratio=tidy_table.pool_tokens / tidy_table.kv_cache_tokens)
-    fig, (a, b) = plt.subplots(1, 2, figsize=(9.5, 3.8), constrained_layout=True)
-    for model in MODELS:
+    ratios = sorted(t.ratio.unique())
+    col = {r: i for i, r in enumerate(ratios)}
+    fig, (a, b, c) = panels(3, 1.75, sharex=True)
+    fig.set_size_inches(WIDTH, 1.75 * 3 + 1.3)
+
+    def put(ax, model: str, ratio: pd.Series, share: pd.Series) -> None:
         st = dict(STYLE[model])
-        g = t[t.model == model].sort_values("ratio")
-        for source, fill in (("gpu", "white"), ("pool", st["color"])):
-            q = g[g.source == source]
-            a.plot(q.ratio, 100 * q.share, **dict(st, label=None, markerfacecolor=fill))
+        ax.plot([col[r] + OFFSETS[model] for r in ratio], 100 * share, linestyle="none", **st)
+
+    for model in MODELS:
+        g = t[t.model == model]
+        put(a, model, g[g.source == "gpu"].ratio, g[g.source == "gpu"].share)
+        put(b, model, g[g.source == "pool"].ratio, g[g.source == "pool"].share)
         q = g[g.source == "pool"]
-        b.plot(q.ratio, 100 * q.pool_share_of_misses, **st)
+        put(c, model, q.ratio, q.pool_share_of_misses)
     if calibrated is not None:
-        st = dict(STYLE["calibrated"])
         kv = t.groupby("run").kv_cache_tokens.first()
-        c = calibrated.assign(ratio=calibrated.pool_tokens / calibrated.run.map(kv)).sort_values("ratio")
-        for source, fill in (("gpu", "white"), ("pool", st["color"])):
-            q = c[c.source == source]
-            a.plot(q.ratio, 100 * q.model, **dict(st, label=None, markerfacecolor=fill))
-        wide = c.pivot_table(index="ratio", columns="source", values="model")
+        cal = calibrated.assign(ratio=calibrated.pool_tokens / calibrated.run.map(kv))
+        cal = cal.assign(ratio=[min(ratios, key=lambda r, x=x: abs(r - x)) for x in cal.ratio])
+        for ax, source in ((a, "gpu"), (b, "pool")):
+            q = cal[cal.source == source]
+            put(ax, "calibrated", q.ratio, q.model)
+        wide = cal.pivot_table(index="ratio", columns="source", values="model")
         missed = wide["pool"] + wide["computed"]
-        b.plot(wide.index, 100 * (wide["pool"] / missed).where(missed > 0, 0.0), **st)
-    a.set_ylabel("share of prompt tokens (%)")
-    b.set_ylabel("KV-cache misses served by the pool (%)")
-    for ax in (a, b):
-        ax.set_xlabel("pool size / KV cache size")
-        ax.grid(alpha=0.3)
-        ax.set_ylim(bottom=0)
-    a.set_title("(a) from the KV cache (open) and the pool (filled)", fontsize=10, loc="left")
-    b.set_title("(b) share of misses served", fontsize=10, loc="left")
-    kinds = [Line2D([], [], color="0.3", marker="o", linestyle="none", markerfacecolor="white", label="from the KV cache"),
-             Line2D([], [], color="0.3", marker="o", linestyle="none", label="from the pool")]
-    a.legend(handles=kinds, fontsize=8, frameon=False, loc="best")
-    b.legend(fontsize=8, frameon=False, loc="lower right")
+        put(c, "calibrated", pd.Series(wide.index), (wide["pool"] / missed).where(missed > 0, 0.0))
+    for ax, title in ((a, "(a) from the KV cache (%)"), (b, "(b) from the pool (%)"),
+                      (c, "(c) KV-cache misses the pool served (%)")):
+        ax.set_title(title, loc="left")
+        ax.grid(axis="y", alpha=0.3)
+        ax.set_ylim(0, 100)
+        ax.set_yticks([0, 50, 100])
+    c.set_xticks(range(len(ratios)), [f"{r:.2g}" for r in ratios])
+    c.set_xlabel("pool size / KV cache size, one column per run")
+    handles, names = a.get_legend_handles_labels()
+    fig.legend(handles, names, loc="lower left", ncol=1, handletextpad=0.4, borderaxespad=0.2)
+    fig.tight_layout(rect=(0, 0.17, 1, 1))
     save_svg(fig, out, "sweep_cpu")
 

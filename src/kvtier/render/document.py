@@ -15,6 +15,7 @@ from typing import Any
 import markdown
 from markupsafe import Markup
 
+from ..classes import inputs_class, modelled_by, own_class
 from ..manifest import Entry, read_manifest
 from ..numbers import Number, atomic_write_text, load_registry
 from ..provenance import build_ledger, read_ledger, write_ledger
@@ -46,11 +47,18 @@ def group_inputs(entries: list[Entry]) -> list[InputGroup]:
     groups: dict[tuple[str, str], list[str]] = {}
     for e in entries:
         groups.setdefault((e.klass, e.description), []).append(e.path)
-    out = []
+    merged: dict[tuple[str, str], InputGroup] = {}
     for (klass, desc), paths in groups.items():
         folder = paths[0] if len(paths) == 1 else os.path.commonpath(paths) + "/"
-        out.append(InputGroup(folder, klass, desc, len(paths)))
-    return sorted(out, key=lambda g: g.folder)
+        # two descriptions whose files share one folder (the same kind of file written by two
+        # versions of a tool) read as one row, not as that folder listed twice
+        if (folder, klass) in merged:
+            g = merged[(folder, klass)]
+            desc = g.description if desc in g.description else f"{g.description}; {desc}"
+            merged[(folder, klass)] = InputGroup(folder, klass, desc, g.files + len(paths))
+        else:
+            merged[(folder, klass)] = InputGroup(folder, klass, desc, len(paths))
+    return sorted(merged.values(), key=lambda g: g.folder)
 
 
 def _inputs_context(entries: dict[str, Entry]) -> dict[str, Any]:
@@ -60,9 +68,25 @@ def _inputs_context(entries: dict[str, Entry]) -> dict[str, Any]:
         "input_groups": group_inputs(rows),
         "replica_inputs": [e for e in rows if e.klass == "replica"],
         "replica_groups": group_inputs([e for e in rows if e.klass == "replica"]),
+        "replica_roots": sorted({"/".join(e.path.split("/")[:3]) + "/" for e in rows if e.klass == "replica"}),
+        "input_roots": _roots(rows),
         "measured_inputs": [e for e in rows if e.klass == "measured"],
         "published_inputs": [e for e in rows if e.klass == "published"],
     }
+
+
+def _roots(rows: list[Entry]) -> list[dict[str, Any]]:
+    """One line per record folder two levels under raw/ (raw/eviction/A/, raw/production/C/):
+    how many files, of which classes. The note's short list of inputs; the full one, a row per
+    run or record set, is on the validation page."""
+    roots: dict[str, dict[str, Any]] = {}
+    for e in rows:
+        parts = e.path.split("/")
+        root = "/".join(parts[:3]) + ("/" if len(parts) > 3 else "")
+        r = roots.setdefault(root, {"folder": root, "files": 0, "classes": set()})
+        r["files"] += 1
+        r["classes"].add(e.klass)
+    return [{**r, "classes": sorted(r["classes"])} for _, r in sorted(roots.items())]
 
 
 def number_classes(ledger: dict) -> dict[str, frozenset[str]]:
@@ -77,7 +101,10 @@ def provenance_rows(used: dict[str, list[str]], ledger: dict) -> list[dict[str, 
     for key in sorted(used):
         e = ledger["numbers"].get(key, {})
         classes = sorted({r["class"] for r in e.get("raw", [])})
+        record_classes = frozenset(classes)
         rows.append({
+            "own": own_class(key, record_classes), "inputs_class": inputs_class(record_classes),
+            "modelled_by": modelled_by(key),
             "key": key, "printed": " / ".join(used[key]), "value": e.get("value", ""), "unit": e.get("unit", ""),
             "rule": e.get("rule", ""), "rule_at": e.get("rule_at", ""), "script": e.get("script", ""),
             "classes": classes or ["settings"], "raw": e.get("raw", []), "folders": _by_folder(e.get("raw", [])),

@@ -21,8 +21,16 @@ import jinja2
 import markdown
 from markupsafe import Markup
 
+from ..classes import modelled_by, own_class
 from ..numbers import Number
 from . import formats
+
+# Each class of number has its own mark, the same in HTML, print and Markdown (a glyph, so it
+# survives print, colour-vision deficiencies and plain text); settings and published values
+# copied as records carry none. The legend is `MARK_LEGEND`, printed once per document.
+MARKS = {"measured": "●", "modelled": "△", "replica": "◇", "part-replica": "◈"}
+MARK_WORDS = {"measured": "measured here", "modelled": "modelled (computed by a model or simulator)",
+              "replica": "replica records only", "part-replica": "partly replica records"}
 
 # Markdown's active characters, written as character references so the converter shows them
 # as text (a reference is never markup). `_` is left alone: it is common in paths, and
@@ -41,6 +49,18 @@ def escape_untrusted(value: Any) -> Markup:
     if isinstance(value, Markup) or hasattr(value, "__html__"):
         return Markup(value)
     return Markup(str(value).translate(_INERT))
+
+
+# The Markdown file is read as Markdown source too: there the same characters are made inert
+# with backslashes (`\[none\]`, which reads as it renders), not with character references.
+_INERT_MD = str.maketrans({"&": "&amp;", "<": "&lt;", **{c: "\\" + c for c in _MD_ACTIVE}})
+
+
+def escape_untrusted_md(value: Any) -> Markup:
+    """A value from records or config, made inert for the Markdown output."""
+    if isinstance(value, Markup) or hasattr(value, "__html__"):
+        return Markup(value)
+    return Markup(str(value).translate(_INERT_MD))
 
 
 def breakable(text: Any) -> Markup:
@@ -106,13 +126,14 @@ class Renderer:
     def __init__(self, templates: str | Path, registry: dict[str, Number], mode: str,
                  figures: dict[str, str] | None = None, context: dict[str, Any] | None = None,
                  figure_base: str = "../figures", classes: dict[str, frozenset[str]] | None = None,
-                 prov_href: str = ""):
+                 prov_href: str = "", marks: bool = True):
         if mode not in ("md", "html"):
             raise ValueError(mode)
         self.mode = mode
         self.registry = registry
         self.classes = classes or {}
         self.prov_href = prov_href
+        self.marks = marks
         self.figures = figures or {}
         self.figure_base = figure_base
         self.used: dict[str, list[str]] = {}
@@ -121,7 +142,7 @@ class Renderer:
             bytecode_cache=_COMPILED,
             undefined=jinja2.StrictUndefined,
             autoescape=True,
-            finalize=escape_untrusted,
+            finalize=escape_untrusted if mode == "html" else escape_untrusted_md,
             keep_trailing_newline=True,
             trim_blocks=True,
             lstrip_blocks=True,
@@ -134,6 +155,10 @@ class Renderer:
             figure=self.figure,
             record_class=self.record_class,
             measured=lambda *nums: self.record_class(*nums) == "measured",
+            class_of=self.own_class,
+            mark_of=lambda klass: MARKS.get(klass, ""),
+            marks=MARKS,
+            mark_words=MARK_WORDS,
             replica=lambda *nums: self.record_class(*nums) == "replica",
             said=self.said,
             breakable=breakable,
@@ -143,7 +168,7 @@ class Renderer:
         )
 
     def _wrap(self, name: str, fn: Callable[..., str]) -> Callable[..., Markup | str]:
-        def filt(value: Any, *args: Any, cap: bool = False, **kw: Any) -> Markup | str:
+        def filt(value: Any, *args: Any, cap: bool = False, plain: bool = False, **kw: Any) -> Markup | str:
             if isinstance(value, jinja2.Undefined):
                 value._fail_with_undefined_error()  # type: ignore[attr-defined]
             if not isinstance(value, Number):
@@ -155,15 +180,18 @@ class Renderer:
             seen = self.used.setdefault(value.key, [])
             if text not in seen:
                 seen.append(text)
+            klass = self.own_class(value)
+            mark = MARKS.get(klass, "") if self.marks and not plain else ""  # plain: a title, a citation
             if self.mode == "md":
-                return text  # plain: printed through escape_untrusted, and a caption stays plain text
+                return text + mark  # plain: printed through escape_untrusted, and a caption stays plain text
             title = f"{value.key} = {value.value} {value.unit} (rule {value.rule})"
-            rests_on = self.classes.get(value.key, frozenset())
-            css = "num replica" if rests_on == {"replica"} else "num part-replica" if "replica" in rests_on else "num"
-            if rests_on == {"replica"}:
-                title += "; replica records only"
+            css = f"num {klass}" if klass in MARKS else "num"
+            if klass in MARK_WORDS:
+                title += f"; {MARK_WORDS[klass]}"
             href = f"{self.prov_href}#n-{value.key}"
-            return Markup(f'<a class="{css}" href="{html.escape(href)}" title="{html.escape(title)}">{html.escape(text)}</a>')
+            glyph = f'<span class="mk" aria-hidden="true">{mark}</span>' if mark else ""
+            return Markup(f'<a class="{css}" href="{html.escape(href)}" title="{html.escape(title)}">'
+                          f'{html.escape(text)}{glyph}</a>')
         return filt
 
     def record_class(self, *numbers: Any) -> str:
@@ -181,6 +209,20 @@ class Renderer:
             return "settings"
         return found.pop() if len(found) == 1 else "mixed"
 
+    def own_class(self, *numbers: Any) -> str:
+        """The numbers' own class (kvtier.classes): 'modelled' when a model computed any of
+        them, else the class of the records they read."""
+        keys = []
+        for num in numbers:
+            if isinstance(num, jinja2.Undefined):
+                num._fail_with_undefined_error()  # type: ignore[attr-defined]
+            if not isinstance(num, Number):
+                raise TypeError(f"class_of needs registry numbers, got {num!r}")
+            keys.append(num.key)
+        if any(modelled_by(k) for k in keys):
+            return "modelled"
+        return own_class("", frozenset().union(*(self.classes.get(k, frozenset()) for k in keys)))
+
     def said(self, *numbers: Any) -> str:
         """How the text may call a value: 'measured' only when its records were measured."""
         return {"measured": "measured", "replica": "in the replica records", "published": "as published"}.get(
@@ -190,17 +232,24 @@ class Renderer:
         """True once an analysis has registered numbers under this prefix."""
         return any(k.startswith(prefix + ".") for k in self.registry)
 
-    def figure(self, name: str, caption: str) -> Markup | str:
+    def figure(self, name: str, caption: str, alt: str = "") -> Markup | str:
+        """A figure with its caption and its alt text: what the figure shows, for a reader who
+        cannot see it (numbers in it as plain text, without their links and marks)."""
         if name not in self.figures:
             raise KeyError(f"figure {name!r} is not an input of the render rule")
+        if not alt:
+            raise ValueError(f"figure {name!r} needs an alt text that says what it shows")
         path = Path(self.figures[name])
+        plain = " ".join(Markup(str(alt)).striptags().split())
+        for mark in MARKS.values():
+            plain = plain.replace(mark, "")
         if self.mode == "md":
-            return Markup(f"![{name}]({self.figure_base}/{path.name})\n\n{caption}\n")
+            return Markup(f"![{escape_untrusted_md(plain)}]({self.figure_base}/{path.name})\n\n{caption}\n")
         caption = Markup(markdown.markdown(caption).removeprefix("<p>").removesuffix("</p>"))
         mime = {".svg": "image/svg+xml", ".png": "image/png"}[path.suffix]
         data = base64.b64encode(path.read_bytes()).decode()
         return Markup(
-            f'<figure id="{name}"><img alt="{html.escape(name)}" src="data:{mime};base64,{data}">'
+            f'<figure id="{name}"><img alt="{html.escape(plain)}" src="data:{mime};base64,{data}">'
             f"<figcaption>{caption}</figcaption></figure>\n"
         )
 
