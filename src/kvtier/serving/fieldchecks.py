@@ -24,6 +24,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import capped_lines
 from .metrics import Snapshot
 
 GiB = 2**30
@@ -81,12 +82,11 @@ def log_failures(path: str | Path) -> list[Finding]:
     """Every server-log line that reports a skipped store or a failed allocation, with its line."""
     path = Path(path)
     found: list[Finding] = []
-    with path.open(encoding="utf-8", errors="replace") as f:
-        for no, line in enumerate(f, 1):
-            for kind, pat in LOG_PATTERNS:
-                if pat.search(line):
-                    found.append(Finding(kind, line.strip()[:300], str(path), no))
-                    break
+    for no, line, _ in capped_lines(path, errors="replace"):  # lines capped: errors.MAX_LINE
+        for kind, pat in LOG_PATTERNS:
+            if pat.search(line):
+                found.append(Finding(kind, line.strip()[:300], str(path), no))
+                break
     return found
 
 

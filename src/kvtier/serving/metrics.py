@@ -20,7 +20,7 @@ from typing import Iterable
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..errors import RawRecordError
+from ..errors import RawRecordError, read_scrape_text
 
 PROMPT_BY_SOURCE = "vllm:prompt_tokens_by_source_total"
 SOURCES = ("local_cache_hit", "external_kv_transfer", "local_compute")
@@ -70,7 +70,7 @@ class Snapshot:
 
     @classmethod
     def read(cls, path: str | Path) -> "Snapshot":
-        return cls.parse(Path(path).read_text(encoding="utf-8"), str(path))
+        return cls.parse(read_scrape_text(path), str(path))  # bounded: errors.MAX_SCRAPE_BYTES, MAX_LINE
 
     def _samples(self, name: str) -> list[Sample]:
         """The samples named `name`, parsed by prometheus_client from their own lines (once)."""
