@@ -101,6 +101,39 @@ def allocation_failures(before: Snapshot | None, after: Snapshot) -> Finding | N
                    "blocks that were not stored cannot be restored", after.source)
 
 
+# The series a measured request needs in every scrape: the prompt tokens by source (GPU hit,
+# pool, computed) are how a cold read is verified cold and a restore is seen to come from the pool.
+NEEDED_SERIES = ("vllm:prompt_tokens_by_source_total",)
+
+
+class MetricsUnusable(ValueError):
+    """A /metrics answer a measurement cannot rest on: empty, or without a series it needs."""
+
+
+def usable_metrics(text: str, source: str, needs: tuple[str, ...] = NEEDED_SERIES) -> Snapshot:
+    """The scrape, parsed, if a measurement can rest on it; else MetricsUnusable saying why
+    (a RawRecordError from the parser, for text that is not Prometheus text, passes through)."""
+    if not text.strip():
+        raise MetricsUnusable(f"{source}: the /metrics answer is empty: the counters cannot verify the request")
+    snap = Snapshot.parse(text, source)
+    missing = [n for n in needs if not snap.has(n)]
+    if missing:
+        raise MetricsUnusable(f"{source}: /metrics lacks {', '.join(missing)}: without it the run cannot verify where a "
+                              "request's prompt tokens came from (cold, GPU hit, pool)")
+    return snap
+
+
+def counters_moved(before: Snapshot, after: Snapshot, prompt_tokens: int | None) -> str | None:
+    """Why the counters cannot be those of the server that answered (None if they can): over an
+    answered request of `prompt_tokens` prompt tokens, the prompt tokens by source did not grow."""
+    grew = sum(after.tokens_by_source().values()) - sum(before.tokens_by_source().values())
+    if grew <= 0 < (prompt_tokens or 0):
+        return (f"the counters did not move over an answered request ({prompt_tokens} prompt tokens, "
+                f"vllm:prompt_tokens_by_source_total grew by {grew:.0f}): not the counters of the server that answered "
+                "(a proxy, another engine, a cached /metrics)")
+    return None
+
+
 def summarize(findings: list[Finding | None]) -> list[str]:
     """Findings as lines for a run record, one per condition kind and place (a log with
     thousands of refused stores gives its first line and the count)."""
