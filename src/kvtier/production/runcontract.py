@@ -223,15 +223,19 @@ def check_geometry(run_yaml: Path, server: dict[str, Any], log: LogFacts, snaps:
     cmd = server.get("command")
     claims: list[tuple[str, str, int | None, Any]] = []  # (quantity, source file, line, value)
     if server.get("offload_gib") and server.get("tier") not in (None, "none"):
-        claims.append(("pool bytes", str(run_yaml), None, int(round(float(server["offload_gib"]) * GIB))))
+        claims.append(("pool bytes", str(run_yaml), _line_with(run_yaml, "offload_gib:"),
+                       int(round(float(server["offload_gib"]) * GIB))))
     conf_cmd = _connector_of_command(cmd)
     if conf_cmd:
         if "cpu_bytes_to_use" in conf_cmd:
-            claims.append(("pool bytes", f"{run_yaml} (command)", None, int(conf_cmd["cpu_bytes_to_use"])))
+            claims.append(("pool bytes", f"{run_yaml} (its command's --kv-transfer-config)",
+                           _line_with(run_yaml, '"cpu_bytes_to_use"'), int(conf_cmd["cpu_bytes_to_use"])))
         if "block_size" in conf_cmd:
-            claims.append(("pool block tokens", f"{run_yaml} (command)", None, int(conf_cmd["block_size"])))
+            claims.append(("pool block tokens", f"{run_yaml} (its command's --kv-transfer-config)",
+                           _line_with(run_yaml, '"cpu_bytes_to_use"'), int(conf_cmd["block_size"])))
     if server.get("offload_block_tokens") and server.get("tier") not in (None, "none"):
-        claims.append(("pool block tokens", str(run_yaml), None, int(server["offload_block_tokens"])))
+        claims.append(("pool block tokens", str(run_yaml), _line_with(run_yaml, "offload_block_tokens:"),
+                       int(server["offload_block_tokens"])))
     args = log.args or {}
     conf_log = ((args.get("kv_transfer_config") or {}) if isinstance(args.get("kv_transfer_config"), dict) else {}) \
         .get("kv_connector_extra_config") or {}
@@ -241,13 +245,15 @@ def check_geometry(run_yaml: Path, server: dict[str, Any], log: LogFacts, snaps:
         claims.append(("pool block tokens", str(log.path), log.args_line, int(conf_log["block_size"])))
     server_blocks: list[tuple[str, int | None, int]] = []
     if _server_block(cmd) is not None:
-        server_blocks.append((f"{run_yaml} (command)", None, int(_server_block(cmd))))  # type: ignore[arg-type]
+        server_blocks.append((f"{run_yaml} (its command's --block-size)", _line_with(run_yaml, "--block-size"),
+                              int(_server_block(cmd))))  # type: ignore[arg-type]
     if args.get("block_size") is not None:
         server_blocks.append((str(log.path), log.args_line, int(args["block_size"])))
     for s, (c, line) in infos[:1]:
         if c.get("block_size") not in (None, "None", ""):
             server_blocks.append((str(s.path), line, int(c["block_size"])))
     _agree("server block tokens", server_blocks)
+    _agree("pool bytes", [(src, line, value) for q, src, line, value in claims if q == "pool bytes"])
     w = log.worker
     if w is not None:
         per_dev, per_chunk = w.get("bytes_per_device_block"), w.get("blocks_per_chunk")
@@ -264,16 +270,34 @@ def check_geometry(run_yaml: Path, server: dict[str, Any], log: LogFacts, snaps:
                                                    f"{w['bytes_per_offloaded_block']} bytes, but {src}"
                                                    f"{'' if line is None else ':' + str(line)} gives a pool of {value} bytes "
                                                    f"({value // w['bytes_per_offloaded_block']} chunks)", line=w["line"])
-    for quantity in ("pool bytes", "pool block tokens"):
-        _agree(quantity, [(src, line, value) for q, src, line, value in claims if q == quantity])
+    _agree("pool block tokens", [(src, line, value) for q, src, line, value in claims if q == "pool block tokens"])
 
 
 def _agree(quantity: str, sources: list[tuple[str, int | None, int]]) -> None:
-    for src, line, value in sources[1:]:
-        src0, line0, value0 = sources[0]
-        if value != value0:
-            raise RawRecordError(src, f"{quantity} {value}, but {src0}{'' if line0 is None else ':' + str(line0)} says "
-                                      f"{value0}: the run's sources disagree on its geometry", line=line)
+    """All sources state one value; else the error names a source off the value most of them
+    state (the odd one out; the first one of another value when there is no majority)."""
+    if len({v for _, _, v in sources}) <= 1:
+        return
+    values = [v for _, _, v in sources]
+    common = max(values, key=lambda v: (values.count(v), -values.index(v)))
+    src, line, value = next(x for x in sources if x[2] != common)
+    others = "; ".join(f"{_where(s, ln)} says {v}" for s, ln, v in sources if v == common)
+    path, _, what = src.partition(" (")
+    raise RawRecordError(path, f"{quantity} {value}{' (' + what if what else ''}, but {others}: the run's sources disagree "
+                               "on its geometry", line=line)
+
+
+def _where(src: str, line: int | None) -> str:
+    path, _, what = src.partition(" (")
+    return path + ("" if line is None else f":{line}") + (f" ({what}" if what else "")
+
+
+def _line_with(path: Path, text: str) -> int | None:
+    """The first line of a small record (run.yaml) that holds `text`, to name it."""
+    try:
+        return next((i for i, l in enumerate(path.read_text(encoding="utf-8").splitlines(), 1) if text in l), None)
+    except OSError:
+        return None
 
 
 # ---------------------------------------------------------------- job lines
