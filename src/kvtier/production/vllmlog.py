@@ -226,7 +226,7 @@ def _repr_value(node: ast.expr, depth: int) -> Any:
         if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 4 * MAX_REPR_LITERAL:
             raise ReprError("a number too long")
         if v is Ellipsis or isinstance(v, complex):
-            raise ReprError(f"a {type(v).__name__} literal")
+            raise ReprError(f"an {'Ellipsis' if v is Ellipsis else 'complex'} literal")
         return v
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)) and isinstance(node.operand, ast.Constant) \
             and isinstance(node.operand.value, (int, float)) and not isinstance(node.operand.value, bool):
