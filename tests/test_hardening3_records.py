@@ -156,8 +156,20 @@ def _client_cut(d: Path) -> tuple[str, int]:
     return "client.jsonl", len(text.splitlines())
 
 
+def _empty_start(d: Path) -> tuple[str, None]:
+    (d / "metrics_start.prom").write_text("")
+    return "metrics_start.prom", None
+
+
+def _no_by_source(d: Path) -> tuple[str, None]:
+    edit(d / "metrics.prom", r"^vllm:prompt_tokens_by_source_total\{.*\n", "", count=0)
+    return "metrics.prom", None
+
+
 SWEEP_CASES: dict[str, tuple[Callable[[Path], tuple[str, int | None]], str]] = {
     "NaN counter": (_nan, "must be finite"),
+    "empty snapshot": (_empty_start, "an empty /metrics snapshot"),
+    "snapshot without the series by source": (_no_by_source, "snapshot without vllm:prompt_tokens_by_source_total"),
     "Inf counter": (_inf, "must be finite"),
     "negative counter": (_negative, "counters are never negative"),
     "counter lower at the end (restart)": (_restart, "lower than .* at the start .*: the server restarted during the run"),

@@ -66,10 +66,12 @@ class _RunContract:
 
     def __init__(self, first: Path):
         self.last = read_prometheus(first)
+        runcontract.check_needed(self.last)
         runcontract.check_counters(self.last)
 
     def next(self, path: Path) -> None:
         snap = read_prometheus(path)
+        runcontract.check_needed(snap)
         runcontract.check_counters(snap)
         runcontract.check_no_restart(self.last, snap)
         self.last = snap

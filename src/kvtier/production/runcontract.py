@@ -68,6 +68,20 @@ def check_counters(snap: Snapshot) -> None:
         raise RawRecordError(snap.path, f"{r['name']} is {r['value']}: counters are never negative", line=int(r["line"]))
 
 
+NEEDED = ("vllm:prompt_tokens_total", "vllm:prompt_tokens_by_source_total", "vllm:cache_config_info")
+
+
+def check_needed(snap: Snapshot, needed: tuple[str, ...] = NEEDED) -> None:
+    """The snapshot holds samples, and the series every reader of a run needs (tokens by source:
+    where the prompts came from; cache_config_info: the server's blocks)."""
+    if snap.samples.empty:
+        raise RawRecordError(snap.path, "an empty /metrics snapshot: the run's counters cannot be read (a failed scrape?)")
+    missing = [n for n in needed if not snap.has(n)]
+    if missing:
+        raise RawRecordError(snap.path, f"/metrics snapshot without {', '.join(missing)}: the run's tokens by source and "
+                                        "the server's blocks cannot be verified")
+
+
 def check_no_restart(start: Snapshot, end: Snapshot) -> None:
     """`end` was scraped from the same server run as `start`, later: no counter went down and no
     `_created` stamp changed (a restart in the middle starts the counters again from zero)."""
@@ -404,6 +418,7 @@ def check_run_folder(run_dir: str | Path, end: Snapshot | None = None, start_nam
     end = end if end is not None else read_prometheus(run_dir / end_name)
     for s in (start, end):
         if s is not None:
+            check_needed(s)
             check_counters(s)
     if start is not None:
         check_no_restart(start, end)
