@@ -16,7 +16,6 @@ import yaml
 
 from kvtier.errors import ManifestError
 from kvtier.manifest import add_entries, check_pins, read_manifest
-from kvtier.serving.redact import MARK, record, redact_argv, redact_env, scrub_file, scrub_urls
 
 BAD_NAMES = {
     "newline": "raw/x/a\nraw/x/b.csv",
@@ -92,6 +91,7 @@ URLS = ["http://alice:s3cr3t@10.0.0.5:8000/v1", "https://bob@host/x", "http://h:
 def test_credentials_in_urls_are_redacted_from_records_and_log_copies(tmp_path: Path) -> None:
     from kvtier.eviction.records import RunWriter
     from kvtier.replay.client import _Log
+    from kvtier.serving.redact import MARK, record, redact_argv, redact_env, scrub_file, scrub_urls
 
     secrets = ["s3cr3t", "alice", "bob", "K123", "T456", "SIG789", "CRED0"]
     for u in URLS:

@@ -18,7 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from kvtier.errors import MAX_LINE, RawRecordError, capped_lines, jsonl_records
+from kvtier.errors import RawRecordError, jsonl_records
+
+MAX_LINE = 1 << 20  # errors.MAX_LINE (checked in test_a_line_over_the_cap_is_refused_by_number)
 
 PREFIX = "(APIServer pid=7) INFO 12-01 12:38:18 [api_utils.py:286] "
 MEMORY_BOUND = 200 * 2**20  # peak RSS of a reader process on any file (measured: 29-80 MiB at 1 GB with a 256 MiB line)
@@ -92,6 +94,10 @@ def test_the_pinned_startup_lines_are_well_inside_the_bounds() -> None:
 
 # ---------------------------------------------------------------- line caps, small
 def test_a_line_over_the_cap_is_refused_by_number(tmp_path: Path) -> None:
+    from kvtier import errors
+    from kvtier.errors import capped_lines
+
+    assert errors.MAX_LINE == MAX_LINE
     p = tmp_path / "client.jsonl"
     p.write_text('{"a": 1}\n' + '{"b": "' + "x" * MAX_LINE + '"}\n' + '{"c": 3}\n')
     with pytest.raises(RawRecordError, match=r"client\.jsonl:2: line longer than 1,048,576 bytes"):
