@@ -256,8 +256,8 @@ def _lab_restart(d: Path) -> tuple[str, int]:
 
 def _lab_nan(d: Path) -> tuple[str, int]:
     snap = d / "native" / "metrics" / "requests" / "1_first_02.prom"
-    edit(snap, r'^(vllm:num_preemptions_total\{[^}]*\}) \S+$', r"\1 NaN")
-    return "1_first_02.prom", line_of(snap, "vllm:num_preemptions_total{")
+    edit(snap, r'^(vllm:generation_tokens_total\{[^}]*\}) \S+$', r"\1 NaN")
+    return "1_first_02.prom", line_of(snap, "vllm:generation_tokens_total{")
 
 
 def _lab_worker_twice(d: Path) -> tuple[str, int]:

@@ -63,7 +63,17 @@ def read_scrape_text(path: str | Path) -> str:
     if size > MAX_SCRAPE_BYTES:
         raise RawRecordError(path, f"{size:,} bytes, more than the {MAX_SCRAPE_BYTES:,} of any /metrics snapshot "
                                    "(docs/MALFORMED-INPUT.md): not a scrape")
-    return "".join(text + ("\n" if ended else "") for _, text, ended in capped_lines(path))
+    with open(path, "rb") as f:
+        data = f.read(MAX_SCRAPE_BYTES + 1)  # within the cap: read at once, then every line measured
+    lines = data.split(b"\n")
+    long = next((i for i, line in enumerate(lines, 1) if len(line) > MAX_LINE), None)
+    if long is not None:
+        raise line_too_long(path, long)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RawRecordError(path, f"not UTF-8 text ({e.reason} at byte {e.start})",
+                             line=data.count(b"\n", 0, e.start) + 1) from None
 
 
 def jsonl_records(path: str | Path, whole_last_line: bool = False, not_json: str = "not JSON") -> Iterator[tuple[int, str, Any]]:

@@ -39,15 +39,14 @@ def request_sources(run_dir: str | Path) -> pd.DataFrame:
     for setup, group in reqs.groupby("setup", sort=False):
         start = run_dir / setup / "metrics" / "0_start.prom"
         contract = _RunContract(start)
-        before = Snapshot.read(start).tokens_by_source()
+        before = contract.last.tokens_by_source()
         for i, r in group.iterrows():
             if not r.metrics_after:
                 raise RawRecordError(path, f"request of {setup} has no /metrics snapshot after it", line=int(i) + 2)
             snap = run_dir / setup / r.metrics_after
             if not snap.exists():
                 raise RawRecordError(path, f"metrics_after names {setup}/{r.metrics_after}, which is missing", line=int(i) + 2)
-            contract.next(snap)  # counters finite, not negative, never lower than the last snapshot's
-            after = Snapshot.read(snap).tokens_by_source()
+            after = contract.next(snap).tokens_by_source()  # counters finite, not negative, not lower than before
             delta = {col: after[src] - before[src] for src, col in SOURCE_COLUMNS.items()}
             before = after
             seen = sum(delta.values())
@@ -61,20 +60,19 @@ def request_sources(run_dir: str | Path) -> pd.DataFrame:
 
 
 class _RunContract:
-    """The run contract (kvtier.production.runcontract) over a setup's snapshots in the order
-    they were scraped: each one's counters, and each against the one before (one server run)."""
+    """The run contract (kvtier.production.runcontract.check_series) over a setup's snapshots in
+    the order they were scraped: each one's counters, and each against the one before (one
+    server run)."""
 
     def __init__(self, first: Path):
-        self.last = read_prometheus(first)
-        runcontract.check_needed(self.last)
-        runcontract.check_counters(self.last)
+        self.last = Snapshot.read(first)
+        runcontract.check_series(self.last)
 
-    def next(self, path: Path) -> None:
-        snap = read_prometheus(path)
-        runcontract.check_needed(snap)
-        runcontract.check_counters(snap)
-        runcontract.check_no_restart(self.last, snap)
+    def next(self, path: Path) -> Snapshot:
+        snap = Snapshot.read(path)
+        runcontract.check_series(snap, self.last)
         self.last = snap
+        return snap
 
 
 def server_shape(setup_dir: Path) -> dict[str, int | None]:

@@ -104,6 +104,42 @@ def check_no_restart(start: Snapshot, end: Snapshot) -> None:
                                        "(its counters began again from zero)", line=int(r["line_b"]))
 
 
+# The series a per-request reader (the lab on the CPU build) takes differences of, checked in each
+# scrape and against the scrape before; the other series of those scrapes are never read.
+PER_REQUEST_SERIES = ("vllm:prompt_tokens_total", "vllm:prompt_tokens_by_source_total", "vllm:generation_tokens_total",
+                      "vllm:request_success_total", "vllm:kv_offload_load_bytes_total", "vllm:kv_offload_store_bytes_total",
+                      "vllm:prompt_tokens_by_source_created")
+
+
+def check_series(snap: Any, before: Any = None, names: tuple[str, ...] = PER_REQUEST_SERIES) -> None:
+    """check_needed, check_counters and check_no_restart on the series `names` only, for a lazy
+    kvtier.serving.metrics.Snapshot (`before`: the scrape before, or None)."""
+    for n in ("vllm:prompt_tokens_by_source_total", "vllm:cache_config_info"):
+        if not snap.has(n):
+            raise RawRecordError(snap.source, f"/metrics snapshot without {n}: the run's tokens by source and the "
+                                              "server's blocks cannot be verified")
+    prev = {(s.name, tuple(sorted(s.labels.items()))): (s.value, ln) for n in names for s, ln in before.lines_of(n)} \
+        if before is not None else {}
+    for n in names:
+        for s, line in snap.lines_of(n):
+            if not math.isfinite(s.value):
+                raise RawRecordError(snap.source, f"{s.name} is {s.value}: a counter or gauge of a measured run must be finite",
+                                     line=line)
+            if s.value < 0 and _is_counter(s.name):
+                raise RawRecordError(snap.source, f"{s.name} is {s.value}: counters are never negative", line=line)
+            old = prev.get((s.name, tuple(sorted(s.labels.items()))))
+            if old is None:
+                continue
+            shown = _shown(s.name, tuple(sorted(s.labels.items())))
+            if s.name.endswith("_created") and s.value != old[0]:
+                raise RawRecordError(snap.source, f"{shown} is {s.value}, {old[0]} in {before.source} (line {old[1]}): "
+                                                  "the server restarted during the run", line=line)
+            if _is_counter(s.name) and s.value < old[0]:
+                raise RawRecordError(snap.source, f"{shown} is {s.value:g}, lower than {old[0]:g} in the scrape before "
+                                                  f"({before.source}:{old[1]}): the server restarted during the run "
+                                                  "(its counters began again from zero)", line=line)
+
+
 def cache_config(snap: Snapshot) -> tuple[dict[str, str], int] | None:
     """cache_config_info's labels and line; two samples with other labels are an error."""
     rows = snap.select("vllm:cache_config_info")

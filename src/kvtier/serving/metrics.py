@@ -87,6 +87,12 @@ class Snapshot:
             self._parsed[name] = found
         return self._parsed[name]
 
+    def lines_of(self, name: str) -> list[tuple[Sample, int]]:
+        """The samples named `name`, each with its line (1-based): one sample per sample line."""
+        found = self._samples(name)
+        rows = self._index.get(name, [])
+        return list(zip(found, (i + 1 for i in rows))) if len(found) == len(rows) else [(s, None) for s in found]  # type: ignore[misc]
+
     @property
     def names(self) -> set[str]:
         """Every sample name of the scrape."""
