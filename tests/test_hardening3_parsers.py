@@ -183,7 +183,17 @@ try:
     print("NO ERROR")
 except RawRecordError as e:
     print("ERROR", e.line, str(e).splitlines()[0])
-print("RSS", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+"""
+# The reader runs in a grandchild started by this small launcher: Linux keeps a process's peak RSS
+# across exec, counting the memory of the process it was forked from, so a reader forked from
+# pytest itself would report pytest's size. The launcher's RUSAGE_CHILDREN is the reader's own peak.
+LAUNCHER = """
+import resource, subprocess, sys
+r = subprocess.run([sys.executable, "-c", sys.argv[1], sys.argv[2]], capture_output=True, text=True)
+sys.stdout.write(r.stdout)
+sys.stderr.write(r.stderr)
+print("RSS", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024)
+sys.exit(r.returncode)
 """
 
 
@@ -193,7 +203,8 @@ def test_a_1gb_file_with_a_256mib_line_is_refused_in_bounded_memory(tmp_path: Pa
     path = tmp_path / ("metrics.prom" if "scrape" in reader else "records.log")
     line = sparse_log(path, head)
     assert path.stat().st_size == GB
-    out = subprocess.run([sys.executable, "-c", CHILD.format(call=call), str(path)], capture_output=True, text=True, timeout=300)
+    out = subprocess.run([sys.executable, "-c", LAUNCHER, CHILD.format(call=call), str(path)], capture_output=True, text=True,
+                         timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     lines = dict(l.split(" ", 1) for l in out.stdout.strip().splitlines())
     assert "NO ERROR" not in out.stdout, "the long line was silently dropped"
