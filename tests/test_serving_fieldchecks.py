@@ -7,6 +7,7 @@ refusal is raised by vLLM's check_shm_free_space itself, not typed here.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -31,9 +32,20 @@ def test_shm_growth_flags_a_pool_that_takes_more_than_configured() -> None:
         shm_growth(0, 1, 0)
 
 
-def test_shm_used_bytes_reads_the_filesystem(tmp_path: Path) -> None:
-    assert shm_used_bytes(tmp_path) == os.statvfs(tmp_path).f_blocks * os.statvfs(tmp_path).f_frsize - \
-        os.statvfs(tmp_path).f_bfree * os.statvfs(tmp_path).f_frsize
+def test_shm_used_bytes_reads_the_filesystem(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deterministic (issue 23): the filesystem's numbers are one mocked statvfs snapshot, so no other
+    writer on /tmp can move them between the call and the check (it once failed a clean CI run)."""
+    snap = os.statvfs_result((4096, 4096, 1000, 250, 200, 10, 5, 5, 0, 255))  # bsize frsize blocks bfree bavail ...
+    seen: list[str] = []
+    monkeypatch.setattr(os, "statvfs", lambda p: seen.append(str(p)) or snap)
+    assert shm_used_bytes(tmp_path) == (1000 - 250) * 4096
+    assert seen == [str(tmp_path)]
+
+
+def test_ci_names_every_failed_test() -> None:
+    """.ci/run's summary lists failures and errors, not only skips (issue 23)."""
+    text = (Path(__file__).resolve().parents[1] / ".ci" / "run").read_text()
+    assert re.search(r"pytest -q -rfEs\b", text) and " -rs" not in text
 
 
 LOG = """INFO 10-13 15:30:12 [core.py:95] Initializing a V1 LLM engine

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import os
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Iterable
@@ -24,10 +25,27 @@ CLASSES = {"measured", "published", "replica"}
 NOT_RECORDS = {"MANIFEST.tsv", "README.md"}  # files under raw/ that are not records (by name, as before)
 
 
+def name_problem(path: str) -> str | None:
+    """Why a raw file's name could mislead (a console line, a table, a reader), or None: a
+    control character (newline, tab, NUL: it can forge a line of output or of the manifest), or
+    any character outside printable ASCII (a look-alike: Cyrillic 'а' for 'a', a no-break or
+    zero-width space, a fullwidth '／'). Raw names are plain ASCII; no look-alike can pass."""
+    for i, ch in enumerate(path):
+        if unicodedata.category(ch)[0] == "C" or ord(ch) > 126:
+            kind = "a control character" if unicodedata.category(ch)[0] == "C" else "a non-ASCII (look-alike) character"
+            return (f"has {kind} at position {i}: U+{ord(ch):04X} {unicodedata.name(ch, 'unnamed')}; "
+                    "raw file names must be printable ASCII")
+    return None
+
+
 def path_problem(path: str) -> str | None:
-    """Why `path` is not a pinnable record path (relative, canonical, under raw/), or None."""
+    """Why `path` is not a pinnable record path (relative, canonical, under raw/, a plain ASCII
+    name), or None."""
     if not path or "\\" in path or "\0" in path:
         return "is not a plain path (empty, or a backslash or NUL in it)"
+    named = name_problem(path)
+    if named:
+        return named
     pure = PurePosixPath(path)
     if pure.is_absolute():
         return "is absolute"
@@ -133,7 +151,8 @@ def _relative(p: str | Path, root: Path, manifest: Path) -> str:
         rel = p.as_posix()
     problem = path_problem(rel)
     if problem:
-        raise ManifestError(f"{rel}: {problem}; only files under raw/ are records")
+        shown = ascii(rel) if name_problem(rel) else rel  # a newline in a name must not forge a line of output
+        raise ManifestError(f"{shown}: {problem}; only files under raw/ are records")
     return rel
 
 
@@ -164,7 +183,11 @@ def unpinned_files(raw_dir: Path, root: Path, entries: dict[str, Entry]) -> list
     on_disk = set()
     for p in raw_dir.rglob("*"):
         if (p.is_file() or p.is_symlink()) and p.name not in NOT_RECORDS:
-            on_disk.add(p.relative_to(root).as_posix())
+            rel = p.relative_to(root).as_posix()
+            problem = name_problem(rel)
+            if problem:  # never printed as it is: the console line it would make could lie
+                raise ManifestError(f"{ascii(rel)}: a file under raw/ whose name {problem}; rename or remove it")
+            on_disk.add(rel)
     return sorted(on_disk - set(entries))
 
 

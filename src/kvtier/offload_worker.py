@@ -29,7 +29,14 @@ def worker_facts(text: str) -> dict[str, int] | None:
 
 def worker_facts_from_log(path: str | Path) -> dict[str, int] | None:
     """worker_facts of a server log; None for a log without the line (or not written yet)."""
+    from .errors import RawRecordError, capped_lines
+
     try:
-        return worker_facts(Path(path).read_text(encoding="utf-8", errors="replace"))
-    except OSError:
+        for _, text, _ in capped_lines(path, errors="replace"):  # lines capped: errors.MAX_LINE
+            if MARKER in text:
+                found = worker_facts(text)
+                if found is not None:
+                    return found
+    except (OSError, RawRecordError):
         return None
+    return None

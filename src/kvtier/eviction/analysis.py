@@ -331,10 +331,12 @@ def _cpu_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setup: str
 def table1_markdown(t: pd.DataFrame) -> str:
     """Table 1 as a Markdown table for results/ (the note builds its own from the registry)."""
     head = "| Setup | GPU | Model params | Prompt tokens | Evictors | TTFT cold | TTFT hit | TTFT restored | Cold / restored | Restored − hit | Bytes restored | Restored requests with all codes |"
+    from ..render.env import md_cell
+
     lines = [head, "|" + "---|" * 12]
     for r in t.itertuples(index=False):
         params = f"{r.model_params / 1e9:.0f}B" if pd.notna(r.model_params) else "not recorded"
-        lines.append(f"| {r.setup} | {r.gpu} | {params} | {r.prompt_tokens:,} | {r.evictors} | "
+        lines.append(f"| {md_cell(r.setup)} | {md_cell(r.gpu)} | {params} | {r.prompt_tokens:,} | {r.evictors} | "
                      f"{r.ttft_cold_s:.2f} s | {r.ttft_hit_s:.2f} s | {r.ttft_restore_s:.2f} s | {r.ratio_cold_restore:.0f}× | "
                      f"{r.restore_minus_hit_s:.2f} s | {r.restore_bytes / 1e9:.1f} GB | {r.restored_with_codes} of {r.restored_requests} |")
     return "\n".join(lines) + "\n"

@@ -24,6 +24,7 @@ import yaml
 
 from ..errors import RawRecordError, jsonl_records
 from ..numbers import atomic_write_text
+from ..serving import redact
 from ..yamlio import load_yaml
 
 FORMAT = "kvtier-eviction/1"
@@ -71,12 +72,12 @@ class RunWriter:
         return load_yaml(self.run_yaml.read_text(encoding="utf-8")) if self.run_yaml.exists() else None
 
     def write_meta(self, meta: dict[str, Any]) -> None:
-        atomic_write_text(self.run_yaml, yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, width=120))
+        atomic_write_text(self.run_yaml, yaml.safe_dump(redact.record(meta), sort_keys=False, allow_unicode=True, width=120))
 
     def append_request(self, record: dict[str, Any]) -> None:
         """One JSON line, flushed and synced, so a crash keeps every completed request."""
         with open(self.requests_jsonl, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record, sort_keys=True, ensure_ascii=False) + "\n")
+            f.write(json.dumps(redact.record(record), sort_keys=True, ensure_ascii=False) + "\n")
             f.flush()
             os.fsync(f.fileno())
 

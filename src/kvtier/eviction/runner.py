@@ -126,9 +126,11 @@ class Harness:
         """One /metrics scrape; an answer that is not Prometheus text fails the request, with where."""
         text = self.client.metrics_text()
         try:
-            return text, Snapshot.parse(text, f"{self.client.base_url}/metrics")
+            return text, fieldchecks.usable_metrics(text, f"{self.client.base_url}/metrics")
         except RawRecordError as e:
             raise RequestFailed(f"/metrics answer is not Prometheus text: {e}") from None
+        except fieldchecks.MetricsUnusable as e:  # empty, or without the series a measurement rests on
+            raise RequestFailed(str(e)) from None
 
     # ---------------------------------------------------------------- requests
     def _request(self, phase: str, round_: int, index: int, conv: conv_mod.Conversation, max_tokens: int,
@@ -163,12 +165,18 @@ class Harness:
             rec.update(codes_expected=conv.codes, codes_found=conv_mod.find_codes(res.text, conv.codes))
         if measured or scrape_after:
             try:
-                text, _ = self._snapshot()
+                text, after = self._snapshot()
             except RequestFailed as e:  # keep the completed request; the phase is not complete without its snapshot
                 rec["error"] = f"the /metrics scrape after the request failed: {e}"
                 self.writer.append_request(rec)
                 raise
             rec["metrics_after"] = self.writer.save_metrics(f"{tag}_after", text)
+            if measured:
+                why = fieldchecks.counters_moved(before, after, (res.usage or {}).get("prompt_tokens"))
+                if why:  # the answer is kept, with the reason: it is not a measurement
+                    rec["error"] = why
+                    self.writer.append_request(rec)
+                    raise RequestFailed(why)
         self.writer.append_request(rec)
         return rec
 

@@ -36,6 +36,7 @@ import yaml
 from tqdm import tqdm
 
 from ..serving import ServerSpec, ServingClient, VllmServer
+from ..serving import redact
 from ..serving.redact import redact_argv
 from ..serving.server import preflight
 from . import PASSES
@@ -119,7 +120,7 @@ def write_run(out: Path, plan: CyclicPlan, specs: dict[str, ServerSpec], rows: l
                    for s, spec in specs.items()},
         **(extra or {}),
     }
-    (out / "run.yaml").write_text(yaml.safe_dump(run, sort_keys=False), encoding="utf-8")
+    (out / "run.yaml").write_text(yaml.safe_dump(redact.record(run), sort_keys=False), encoding="utf-8")
     with open(out / "requests.csv", "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, REQUEST_COLUMNS, lineterminator="\n")
         w.writeheader()
@@ -148,6 +149,7 @@ def run(out: str | Path, plan: CyclicPlan, spec_for: Callable[[str], ServerSpec]
             server.wait_healthy(health_timeout_s)
             with ServingClient(server.url, spec.served_name) as client:
                 rows += run_passes(client, setup, plan, docs, out / setup / "metrics", progress)
+        redact.scrub_file(log, redact.secret_values(spec.command(), spec.env))  # vLLM echoes its arguments
     write_run(out, plan, specs, rows)
     return sorted(p for p in out.rglob("*") if p.is_file())
 

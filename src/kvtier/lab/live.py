@@ -16,7 +16,8 @@ import pandas as pd
 
 from ..errors import RawRecordError
 from ..serving.metrics import Snapshot
-from ..offload_worker import worker_facts
+from ..production import runcontract
+from ..production.promtext import read_prometheus
 from ..sim import TieredCache
 from .experiments import requests_from_rows
 from .records import read_requests
@@ -36,14 +37,16 @@ def request_sources(run_dir: str | Path) -> pd.DataFrame:
     reqs["metrics_after"] = raw["metrics_after"]
     rows = []
     for setup, group in reqs.groupby("setup", sort=False):
-        before = Snapshot.read(run_dir / setup / "metrics" / "0_start.prom").tokens_by_source()
+        start = run_dir / setup / "metrics" / "0_start.prom"
+        contract = _RunContract(start)
+        before = contract.last.tokens_by_source()
         for i, r in group.iterrows():
             if not r.metrics_after:
                 raise RawRecordError(path, f"request of {setup} has no /metrics snapshot after it", line=int(i) + 2)
             snap = run_dir / setup / r.metrics_after
             if not snap.exists():
                 raise RawRecordError(path, f"metrics_after names {setup}/{r.metrics_after}, which is missing", line=int(i) + 2)
-            after = Snapshot.read(snap).tokens_by_source()
+            after = contract.next(snap).tokens_by_source()  # counters finite, not negative, not lower than before
             delta = {col: after[src] - before[src] for src, col in SOURCE_COLUMNS.items()}
             before = after
             seen = sum(delta.values())
@@ -56,6 +59,22 @@ def request_sources(run_dir: str | Path) -> pd.DataFrame:
     return out
 
 
+class _RunContract:
+    """The run contract (kvtier.production.runcontract.check_series) over a setup's snapshots in
+    the order they were scraped: each one's counters, and each against the one before (one
+    server run)."""
+
+    def __init__(self, first: Path):
+        self.last = Snapshot.read(first)
+        runcontract.check_series(self.last)
+
+    def next(self, path: Path) -> Snapshot:
+        snap = Snapshot.read(path)
+        runcontract.check_series(snap, self.last)
+        self.last = snap
+        return snap
+
+
 def server_shape(setup_dir: Path) -> dict[str, int | None]:
     """What the simulator needs, read from the server itself: its KV cache and block size (the
     first /metrics snapshot's cache_config_info) and its pool (the offload worker's startup line)."""
@@ -65,7 +84,13 @@ def server_shape(setup_dir: Path) -> dict[str, int | None]:
 def shape_of(metrics: Path, server_log: Path) -> dict[str, int | None]:
     """server_shape from a /metrics snapshot (cache_config_info) and the server log (the offload
     worker's startup line; no line: no pool, cpu_chunks and chunk_blocks None)."""
-    return shape_from(metrics, worker_facts(Path(server_log).read_text(encoding="utf-8", errors="replace")))
+    log = runcontract.read_log_facts(server_log)  # a worker line repeated with other values is refused
+    run_yaml = Path(server_log).parent.parent / "run.yaml"
+    setups = (load_yaml(run_yaml.read_text(encoding="utf-8")) or {}).get("setups") or {} if run_yaml.is_file() else {}
+    setup = dict(setups.get(Path(server_log).parent.name) or {})
+    server = {**{k: setup[k] for k in ("tier", "offload_gib", "offload_block_tokens") if k in setup}, "command": setup.get("args")}
+    runcontract.check_geometry(run_yaml, server, log, [read_prometheus(metrics)])  # run.yaml, connector, worker, cache_config_info
+    return shape_from(metrics, log.worker)
 
 
 def shape_from(metrics: Path, worker: dict[str, int] | None) -> dict[str, int | None]:

@@ -13,9 +13,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
-from ..errors import RawRecordError
+from ..errors import RawRecordError, capped_lines
 from ..serving.metrics import Snapshot
 from . import PASSES
 from ..yamlio import load_yaml
@@ -37,6 +38,14 @@ STORED = re.compile(r"\[req_id=(?P<req>[^\]]+)\] Stored (?P<stored>\d+) out of t
 def read_requests(path: str | Path) -> pd.DataFrame:
     """requests.csv -> DataFrame; a missing column or bad value names the file and CSV line."""
     path = Path(path)
+    size = path.stat().st_size
+    with open(path, "rb") as f:  # a copy cut mid-row can still parse: its last line lacks the newline
+        f.seek(max(size - 1, 0))
+        cut = size > 0 and f.read(1) != b"\n"
+    if cut:
+        n = sum(1 for _ in capped_lines(path, errors="replace"))
+        raise RawRecordError(path, "the last line has no newline: the table was cut while it was written "
+                                       "(copy it again once the run has ended)", line=n)
     try:
         df = pd.read_csv(path, dtype=str, keep_default_na=False)
     except (pd.errors.ParserError, UnicodeDecodeError) as e:
@@ -63,6 +72,8 @@ def read_requests(path: str | Path) -> pd.DataFrame:
             raise RawRecordError(path, f"{col} {out[col][i]!r} is not one of {allowed}", line=i + 2, record=",".join(df.loc[i]))
     checks = [
         (out["phase"].eq("doc") & out["doc"].isna(), "a document request without a doc id"),
+        (~np.isfinite(out[["start_s", "ttft_ms", "e2e_ms"]].to_numpy(float)).all(axis=1), "a time that is not finite"),
+        (out["start_s"] < 0, "a negative start time"),
         (out["ttft_ms"] <= 0, "TTFT must be positive"),
         (out["e2e_ms"] < out["ttft_ms"], "end-to-end time shorter than TTFT"),
         (out["cached_tokens"] > out["prompt_tokens"], "more cached tokens than prompt tokens"),
@@ -72,6 +83,14 @@ def read_requests(path: str | Path) -> pd.DataFrame:
         if mask.any():
             i = int(mask.idxmax())
             raise RawRecordError(path, why, line=i + 2, record=",".join(df.loc[i]))
+    key = ["setup", "pass", "phase", "order"]
+    twice = out.duplicated(key, keep="first")
+    if twice.any():
+        i = int(twice.idxmax())
+        first = int(out.index[(out[key] == out.loc[i, key]).all(axis=1)][0])
+        raise RawRecordError(path, f"request {out.order[i]} of {out.setup[i]}'s {out['pass'][i]} pass ({out.phase[i]}) "
+                                   f"appears twice (first on line {first + 2})",
+                             line=i + 2, record=",".join(df.loc[i]))
     return out
 
 

@@ -10,40 +10,36 @@ from another run, a lost line, or a request the server counted twice.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from ..errors import RawRecordError
+from . import runcontract
 from .promtext import Snapshot
 from ..yamlio import load_yaml
 
 FIELDS = ("status", "prompt_tokens_sent", "usage_prompt_tokens", "cached_tokens", "completion_tokens")
 
 
-def read_client(path: str | Path) -> list[dict[str, Any]]:
-    """The client log's lines, each checked for the fields the sums need."""
+def read_client(path: str | Path, run_seconds: float | None = None) -> list[dict[str, Any]]:
+    """The client log's lines, each checked for the fields the sums need, and by the run contract
+    (runcontract.client_lines: times that can be, no request twice, the last line whole)."""
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for i, text in enumerate(f, 1):
-            if not text.strip():
-                continue
-            try:
-                r = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise RawRecordError(path, f"not a JSON object ({e.msg})", line=i) from None
-            missing = [k for k in FIELDS if k not in r]
-            if missing:
-                raise RawRecordError(path, f"client record lacks {', '.join(missing)}", line=i)
-            r["_line"] = i
-            rows.append(r)
+    for i, _, r in runcontract.client_lines(path, run_seconds, not_json="not a JSON object"):
+        missing = [k for k in FIELDS if k not in r]
+        if missing:
+            raise RawRecordError(path, f"client record lacks {', '.join(missing)}", line=i)
+        r["_line"] = i
+        rows.append(r)
     return rows
 
 
 def capture_facts(run_yaml: str | Path, client: str | Path, snap: Snapshot) -> dict[str, float]:
     """The replay's settings (run.yaml) and the client's sums, after checking them against the counters."""
     meta = load_yaml(Path(run_yaml).read_text(encoding="utf-8"))
-    rows = read_client(client)
+    run_dir = Path(run_yaml).parent
+    runcontract.check_run_folder(run_dir, snap)  # counters, one server run, one geometry, job lines
+    rows = read_client(client, runcontract.observation_seconds(run_dir / "host.yaml"))
     ok = [r for r in rows if r["status"] == "ok"]
     sums = {
         "requests": float(len(ok)),

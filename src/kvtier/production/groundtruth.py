@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from ..errors import RawRecordError
+from ..errors import RawRecordError, capped_lines
 from .analysis import PoolGeometry
 
 JOB = re.compile(r"kvtier_cpu_offload: load job (\d+): (\d+) blocks, (\d+) bytes, ([\d.]+) s")
@@ -32,14 +32,13 @@ JOB = re.compile(r"kvtier_cpu_offload: load job (\d+): (\d+) blocks, (\d+) bytes
 def load_jobs(path: str | Path) -> pd.DataFrame:
     """Every load job line of a server log, in file order: line, job, blocks, bytes, seconds."""
     rows = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for i, text in enumerate(f, 1):
-            if "kvtier_cpu_offload: load job " in text:
-                m = JOB.search(text)
-                if m is None:
-                    raise RawRecordError(path, "a kvtier_cpu_offload load-job line not in the format "
-                                               "'load job N: B blocks, BYTES bytes, S s' (truncated?)", line=i)
-                rows.append((i, int(m.group(1)), int(m.group(2)), int(m.group(3)), float(m.group(4))))
+    for i, text, _ in capped_lines(path, errors="replace"):  # lines capped: errors.MAX_LINE
+        if "kvtier_cpu_offload: load job " in text:
+            m = JOB.search(text)
+            if m is None:
+                raise RawRecordError(path, "a kvtier_cpu_offload load-job line not in the format "
+                                           "'load job N: B blocks, BYTES bytes, S s' (truncated?)", line=i)
+            rows.append((i, int(m.group(1)), int(m.group(2)), int(m.group(3)), float(m.group(4))))
     return pd.DataFrame(rows, columns=["line", "job", "blocks", "bytes", "seconds"])
 
 

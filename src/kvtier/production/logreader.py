@@ -20,7 +20,7 @@ from typing import Any, Iterator
 import numpy as np
 import pandas as pd
 
-from ..errors import RawRecordError
+from ..errors import MAX_LINE, RawRecordError, line_too_long
 from .vllmlog import STATS_COLUMNS, TRANSFER_COLUMNS, Segment, ServerLog, _parse_chunk, _segments, _times
 
 CHUNK = 1 << 23          # bytes parsed at once (8 MB): bounds the memory of one pass, whatever the log size
@@ -28,7 +28,9 @@ PARALLEL_FROM = 1 << 28  # files this large are parsed by a process pool, one ch
 
 
 def _spans(path: Path, size: int | None = None) -> list[tuple[int, int]]:
-    """Byte ranges of about `size` that end at a newline (the last one at the end of file)."""
+    """Byte ranges of about `size` that end at a newline (the last one at the end of file). A
+    range is at most `size` + MAX_LINE bytes: a line that runs on past MAX_LINE is refused here,
+    by its number, before any range is read (vllmlog._parse_chunk refuses one inside a range)."""
     size = size or CHUNK
     total = path.stat().st_size
     spans, start = [], 0
@@ -39,6 +41,7 @@ def _spans(path: Path, size: int | None = None) -> list[tuple[int, int]]:
                 spans.append((start, total))
                 break
             f.seek(end)
+            scanned = 0
             while True:
                 block = f.read(1 << 16)
                 cut = block.find(b"\n")
@@ -46,9 +49,25 @@ def _spans(path: Path, size: int | None = None) -> list[tuple[int, int]]:
                     end += cut + 1 if cut >= 0 else len(block)
                     break
                 end += len(block)
+                scanned += len(block)
+                if scanned > MAX_LINE:
+                    raise line_too_long(path, _line_at(f, start + size), MAX_LINE)
             spans.append((start, end))
             start = end
     return spans
+
+
+def _line_at(f: Any, offset: int) -> int:
+    """The number of the line holding byte `offset`: newlines before it, counted 1 MB at a time."""
+    f.seek(0)
+    n, left = 1, offset
+    while left > 0:
+        block = f.read(min(left, 1 << 20))
+        if not block:
+            break
+        n += block.count(b"\n")
+        left -= len(block)
+    return n
 
 
 class _ChunkError(Exception):

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..errors import RawRecordError
+from ..errors import RawRecordError, read_scrape_text
 
 COLUMNS = ["family", "type", "name", "labels", "value", "line"]
 # vLLM 0.17-0.24 exports offload transfers only under legacy names split by `transfer_type`;
@@ -198,8 +198,4 @@ def _family_of(name: str, types: dict[str, str], current: str | None) -> str:
 
 def read_prometheus(path: str | Path) -> Snapshot:
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise RawRecordError(path, f"not UTF-8 text ({e})") from None
-    return parse_prometheus(text, path)
+    return parse_prometheus(read_scrape_text(path), path)  # bounded: errors.MAX_SCRAPE_BYTES, MAX_LINE

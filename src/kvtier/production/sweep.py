@@ -30,13 +30,13 @@ from typing import Any, Iterable
 
 import pandas as pd
 
-from ..errors import RawRecordError, jsonl_records
+from ..errors import RawRecordError
 from ..lab.live import shape_from
-from ..offload_worker import worker_facts
 from ..replay import sent
 from ..sim import TieredCache, fast
 from ..sim.requests import Request, prompt_request
 from ..sim.resident import Admission, ResidentCache, replay_admitted
+from . import runcontract
 from .analysis import token_sources
 from .promtext import Snapshot, read_prometheus
 from ..yamlio import load_yaml
@@ -53,17 +53,18 @@ NEAR_BLOCKS = 2  # a prediction off by at most this many blocks counts as near (
 RUN_FILES = ("run.yaml", "client.jsonl", "metrics_start.prom", "metrics.prom", "server.log", sent.NAME)
 
 
-def read_client_log(path: str | Path, extra: dict[str, tuple[type, ...]] | None = None) -> pd.DataFrame:
+def read_client_log(path: str | Path, extra: dict[str, tuple[type, ...]] | None = None,
+                    run_seconds: float | None = None) -> pd.DataFrame:
     """client.jsonl: one row per answered request (status ok), with its line number, in file order.
-    A line that is not JSON, lacks a field or has one of the wrong type is an error naming it.
+    A line that is not JSON, lacks a field or has one of the wrong type is an error naming it, so
+    is one the run contract refuses (runcontract.client_lines: impossible times, a request twice,
+    a cut last line; `run_seconds`: the observation's length, host.yaml).
     `extra`: more fields an answered line must have (name: types), kept as columns."""
     path = Path(path)
     extra = extra or {}
     rows = []
     seen: dict[tuple[int, int], int] = {}
-    for lineno, line, rec in jsonl_records(path):
-        if not isinstance(rec, dict):
-            raise RawRecordError(path, "not a JSON object", line=lineno, record=line)
+    for lineno, line, rec in runcontract.client_lines(path, run_seconds):
         want = dict(CLIENT_FIELDS, **(dict(ANSWERED_FIELDS, **extra) if rec.get("status") == "ok" else {}))
         for name, types in want.items():
             v = rec.get(name)
@@ -141,8 +142,10 @@ def read_run(run_dir: str | Path) -> SweepRun:
     for key in ("trace", "scaling", "server"):
         if not isinstance(meta, dict) or key not in meta:
             raise RawRecordError(run_dir / "run.yaml", f"no {key!r} entry (not a kvtier-replay run record)")
-    reqs = read_client_log(run_dir / "client.jsonl").sort_values(["sent_s", "line"], kind="stable").reset_index(drop=True)
-    worker = worker_facts((run_dir / "server.log").read_text(encoding="utf-8", errors="replace"))
+    log = runcontract.check_run_folder(run_dir)  # counters, one server run, one geometry, job lines
+    reqs = read_client_log(run_dir / "client.jsonl", run_seconds=runcontract.observation_seconds(run_dir / "host.yaml")) \
+        .sort_values(["sent_s", "line"], kind="stable").reset_index(drop=True)
+    worker = log.worker
     shape = shape_from(run_dir / "metrics_start.prom", worker)
     tier = meta["server"].get("tier")
     if (tier == "none") != (shape["cpu_chunks"] is None):

@@ -63,6 +63,12 @@ def escape_untrusted_md(value: Any) -> Markup:
     return Markup(str(value).translate(_INERT_MD))
 
 
+def md_cell(value: Any) -> str:
+    """A value for a cell of a Markdown table written to results/: escaped like the note's text
+    (a `|` in a GPU name adds no column), and a line break, which would end the row, made a space."""
+    return str(escape_untrusted(" ".join(str(value).splitlines())))
+
+
 def breakable(text: Any) -> Markup:
     """A long key or path that may wrap after its dots and slashes instead of overflowing."""
     return Markup(str(escape_untrusted(text)).replace(".", ".<wbr>").replace("/", "/<wbr>"))

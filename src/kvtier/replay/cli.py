@@ -35,6 +35,7 @@ import yaml
 from ..eviction.host import host_info, load_average, versions
 from ..harness import Terminated, _on_sigterm, _platform, _server_args, _spec, api_key, launched_server_meta
 from ..serving.client import RequestFailed, ServingClient
+from ..serving import redact
 from ..serving.redact import scrub_file, secret_values
 from ..serving.server import PreflightError, ServerDied, VllmServer, preflight
 from .client import replay
@@ -138,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"starting vllm serve (log: {server.log_path})", file=sys.stderr)
             meta["server"]["health_wait_s"] = round(server.wait_healthy(a.health_timeout), 1)  # type: ignore[index]
         url = a.url or spec.url
-        (out / "run.yaml").write_text(yaml.safe_dump(meta, sort_keys=False), encoding="utf-8")
+        (out / "run.yaml").write_text(yaml.safe_dump(redact.record(meta), sort_keys=False), encoding="utf-8")
         model = None if a.url else a.served_name
         with ServingClient(url, model, timeout_s=a.request_timeout, api_key=key) as probe:
             if not (out / "metrics_start.prom").exists():

@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from tqdm import tqdm
 
+from ..serving import redact
 from ..serving.client import RequestFailed, ServingClient
 from .schedule import Turn
 
@@ -41,7 +42,7 @@ class _Log:
 
     def write(self, rec: dict[str, Any]) -> None:
         with self.lock, open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(rec, sort_keys=True) + "\n")
+            f.write(json.dumps(redact.record(rec), sort_keys=True) + "\n")
             f.flush()
 
 

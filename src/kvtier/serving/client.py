@@ -3,6 +3,12 @@
 TTFT is taken on the client, from sending the request to the first streamed chunk whose
 delta carries non-empty text; the first byte and the first chunk are kept too, because a
 model that emits only empty or special tokens never produces visible text.
+
+A fault is never an answer (issue 23): a 200 whose body is an error (plain JSON, or an SSE
+`error` event / chunk), a stream that ends without a finish reason or without `data: [DONE]`
+(whether the server closed the connection or ended the chunked body), an answer from another
+model than the one asked for (each chunk's `model`, and /v1/models before the first request)
+all raise RequestFailed with the reason.
 """
 
 from __future__ import annotations
@@ -51,6 +57,7 @@ class ServingClient:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         self.http = httpx.Client(base_url=self.base_url, timeout=self.timeout, transport=transport, headers=headers)
         self._model = model
+        self._model_checked = False
 
     def close(self) -> None:
         self.http.close()
@@ -83,6 +90,17 @@ class ServingClient:
             self._model = data[0]["id"]
         return self._model
 
+    def check_model(self) -> None:
+        """The model asked for is one /v1/models lists (a server launched with another model, or
+        a proxy routing to one, answers every request without complaint). Checked once."""
+        if self._model_checked:
+            return
+        body = self._call("GET", "/v1/models").json()
+        ids = [m.get("id") for m in (body.get("data") or []) if isinstance(m, dict)] if isinstance(body, dict) else []
+        if self.model not in ids:
+            raise RequestFailed(f"GET /v1/models: the server serves {ids or 'no model'}, not the {self.model!r} asked for")
+        self._model_checked = True
+
     def healthy(self) -> bool:
         try:
             return self.http.get("/health", timeout=5.0).status_code == 200
@@ -112,17 +130,24 @@ class ServingClient:
         return self._stream("/v1/completions", body, chat=False)
 
     def _stream(self, path: str, body: dict[str, Any], chat: bool) -> StreamResult:
+        self.check_model()
         t0 = time.perf_counter()
         first_byte = first_chunk = ttft = None
         parts: list[str] = []
         usage: dict[str, Any] = {}
         logprobs: list[dict[str, Any]] | None = [] if body.get("logprobs") else None
         finish = None
+        done, event, n_line = False, "message", 0
         try:
             with self.http.stream("POST", path, json=body) as r:
                 if r.status_code >= 400:
                     r.read()
                     raise RequestFailed(f"POST {path}: HTTP {r.status_code}: {r.text[:300]}")
+                kind = r.headers.get("content-type", "").split(";")[0].strip().lower()
+                if kind != "text/event-stream":
+                    r.read()
+                    raise RequestFailed(f"POST {path}: HTTP {r.status_code} {_error_of(r.text) or 'but not an event stream'} "
+                                        f"(content-type {kind or 'none'}): {r.text[:200]!r}")
                 for n_line, line in enumerate(r.iter_lines(), 1):
                     now = time.perf_counter() - t0
                     if now > self.deadline_s:
@@ -130,10 +155,19 @@ class ServingClient:
                                             f"({n_line} lines received, the last {line[:80]!r})")
                     if first_byte is None:
                         first_byte = now
+                    if line.startswith("event:"):
+                        event = line[6:].strip()
+                        continue
                     if not line.startswith("data:"):
+                        if not line:
+                            event = "message"  # an event ends at a blank line
                         continue
                     payload = line[5:].strip()
+                    if event == "error":
+                        raise RequestFailed(f"POST {path}: HTTP 200 with an error event at line {n_line}: "
+                                            f"{_error_of(payload) or payload[:200]}")
                     if payload == "[DONE]":
+                        done = True
                         break
                     try:
                         chunk = json.loads(payload)
@@ -141,6 +175,12 @@ class ServingClient:
                         raise RequestFailed(f"POST {path}: malformed stream chunk at line {n_line} ({e.msg}): {payload[:120]!r}") from None
                     if not isinstance(chunk, dict):
                         raise RequestFailed(f"POST {path}: stream chunk at line {n_line} is not an object: {payload[:120]!r}")
+                    if "error" in chunk or chunk.get("object") == "error":
+                        raise RequestFailed(f"POST {path}: HTTP 200 with an error in the stream at line {n_line}: "
+                                            f"{_error_of(payload) or payload[:200]}")
+                    if chunk.get("model") is not None and chunk["model"] != self.model:
+                        raise RequestFailed(f"POST {path}: answered by model {chunk['model']!r}, not the {self.model!r} "
+                                            f"asked for (line {n_line})")
                     if chunk.get("usage"):
                         usage = chunk["usage"]
                     for choice in chunk.get("choices", []):
@@ -158,8 +198,30 @@ class ServingClient:
             raise RequestFailed(f"POST {path}: timed out after {time.perf_counter() - t0:.1f} s ({type(e).__name__})") from None
         except httpx.TransportError as e:
             raise RequestFailed(f"POST {path}: connection lost after {time.perf_counter() - t0:.1f} s ({type(e).__name__}: {e})") from None
+        if finish is None or not done:
+            raise RequestFailed(f"POST {path}: the stream ended after {n_line} lines "
+                                f"{'without a finish reason' if finish is None else 'before data: [DONE]'}: a cut answer")
         return StreamResult(ttft, first_chunk, first_byte, time.perf_counter() - t0, "".join(parts), finish, usage,
                             logprobs=logprobs)
+
+
+def _error_of(text: str) -> str | None:
+    """The error an answer body carries (OpenAI's {"error": {...}}, vLLM's {"object": "error", ...}
+    or {"error": "..."}), as text, or None."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return None
+    if not isinstance(body, dict):
+        return None
+    err = body.get("error")
+    if body.get("object") == "error":
+        err = err or body
+    if err is None:
+        return None
+    if isinstance(err, dict):
+        return "error: " + "; ".join(f"{k} {err[k]}" for k in ("type", "code", "message") if err.get(k) is not None)
+    return f"error: {err}"
 
 
 def _token_logprobs(lp: dict[str, Any] | None, chat: bool) -> list[dict[str, Any]]:

@@ -24,6 +24,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import capped_lines
 from .metrics import Snapshot
 
 GiB = 2**30
@@ -81,12 +82,11 @@ def log_failures(path: str | Path) -> list[Finding]:
     """Every server-log line that reports a skipped store or a failed allocation, with its line."""
     path = Path(path)
     found: list[Finding] = []
-    with path.open(encoding="utf-8", errors="replace") as f:
-        for no, line in enumerate(f, 1):
-            for kind, pat in LOG_PATTERNS:
-                if pat.search(line):
-                    found.append(Finding(kind, line.strip()[:300], str(path), no))
-                    break
+    for no, line, _ in capped_lines(path, errors="replace"):  # lines capped: errors.MAX_LINE
+        for kind, pat in LOG_PATTERNS:
+            if pat.search(line):
+                found.append(Finding(kind, line.strip()[:300], str(path), no))
+                break
     return found
 
 
@@ -99,6 +99,39 @@ def allocation_failures(before: Snapshot | None, after: Snapshot) -> Finding | N
         return None
     return Finding("store_refused", f"{n:.0f} stores refused by the offload pool ({ALLOCATION_FAILURES}); "
                    "blocks that were not stored cannot be restored", after.source)
+
+
+# The series a measured request needs in every scrape: the prompt tokens by source (GPU hit,
+# pool, computed) are how a cold read is verified cold and a restore is seen to come from the pool.
+NEEDED_SERIES = ("vllm:prompt_tokens_by_source_total",)
+
+
+class MetricsUnusable(ValueError):
+    """A /metrics answer a measurement cannot rest on: empty, or without a series it needs."""
+
+
+def usable_metrics(text: str, source: str, needs: tuple[str, ...] = NEEDED_SERIES) -> Snapshot:
+    """The scrape, parsed, if a measurement can rest on it; else MetricsUnusable saying why
+    (a RawRecordError from the parser, for text that is not Prometheus text, passes through)."""
+    if not text.strip():
+        raise MetricsUnusable(f"{source}: the /metrics answer is empty: the counters cannot verify the request")
+    snap = Snapshot.parse(text, source)
+    missing = [n for n in needs if not snap.has(n)]
+    if missing:
+        raise MetricsUnusable(f"{source}: /metrics lacks {', '.join(missing)}: without it the run cannot verify where a "
+                              "request's prompt tokens came from (cold, GPU hit, pool)")
+    return snap
+
+
+def counters_moved(before: Snapshot, after: Snapshot, prompt_tokens: int | None) -> str | None:
+    """Why the counters cannot be those of the server that answered (None if they can): over an
+    answered request of `prompt_tokens` prompt tokens, the prompt tokens by source did not grow."""
+    grew = sum(after.tokens_by_source().values()) - sum(before.tokens_by_source().values())
+    if grew <= 0 < (prompt_tokens or 0):
+        return (f"the counters did not move over an answered request ({prompt_tokens} prompt tokens, "
+                f"vllm:prompt_tokens_by_source_total grew by {grew:.0f}): not the counters of the server that answered "
+                "(a proxy, another engine, a cached /metrics)")
+    return None
 
 
 def summarize(findings: list[Finding | None]) -> list[str]:

@@ -20,7 +20,7 @@ from typing import Iterable
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from ..errors import RawRecordError
+from ..errors import RawRecordError, read_scrape_text
 
 PROMPT_BY_SOURCE = "vllm:prompt_tokens_by_source_total"
 SOURCES = ("local_cache_hit", "external_kv_transfer", "local_compute")
@@ -70,7 +70,7 @@ class Snapshot:
 
     @classmethod
     def read(cls, path: str | Path) -> "Snapshot":
-        return cls.parse(Path(path).read_text(encoding="utf-8"), str(path))
+        return cls.parse(read_scrape_text(path), str(path))  # bounded: errors.MAX_SCRAPE_BYTES, MAX_LINE
 
     def _samples(self, name: str) -> list[Sample]:
         """The samples named `name`, parsed by prometheus_client from their own lines (once)."""
@@ -86,6 +86,12 @@ class Snapshot:
                 raise RawRecordError(self.source, f"not Prometheus text ({e})", line=where, record=line[1]) from None
             self._parsed[name] = found
         return self._parsed[name]
+
+    def lines_of(self, name: str) -> list[tuple[Sample, int]]:
+        """The samples named `name`, each with its line (1-based): one sample per sample line."""
+        found = self._samples(name)
+        rows = self._index.get(name, [])
+        return list(zip(found, (i + 1 for i in rows))) if len(found) == len(rows) else [(s, None) for s in found]  # type: ignore[misc]
 
     @property
     def names(self) -> set[str]:
