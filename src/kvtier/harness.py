@@ -119,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="continue the unpinned run of --run-id after its last completed phase (never a pinned one)")
     r.add_argument("--load-interval", type=float, default=5.0, help="seconds between samples of the host's load (host_load.tsv)")
     r.add_argument("--description", default="")
+    r.add_argument("--record-set", help="the record set this launch belongs to (the launches of one invocation, analysed together)")
     r.add_argument("--target-tokens", type=int, default=200_000, help="conversation length in the server's tokens")
     r.add_argument("--seed", type=int, default=0, help="seed of the conversation text and codes")
     r.add_argument("--evictors", type=int, help="number of evicting conversations; omitted: derived from the KV cache size")
@@ -232,7 +233,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         for line in preflight(spec):
             print("preflight ok:", line, file=sys.stderr)
         server_meta = launched_server_meta(spec)
-    static = {"description": a.description, "host": host_info(),
+    static = {"description": a.description, "host": host_info(), "record_set": a.record_set,
               "model": {"path": a.model or "", "served_name": a.served_name, "params": model_params(a.model) if a.model else None},
               "server": server_meta, "versions": software}
     plan = Plan(target_tokens=a.target_tokens, seed=a.seed, evictors=a.evictors, margin=a.margin, rounds=a.rounds,

@@ -37,6 +37,7 @@ rule eviction_numbers:
     params:
         table_setups=EVICT["table_setups"],
         cpu_setup=EVICT["cpu_setup"],
+        max_load_per_cpu=EVICT.get("max_load_per_cpu", 3.0),
         n_files=len(EVICT_RECORDS),
     log:
         "logs/eviction_numbers.log",
@@ -91,7 +92,7 @@ rule eviction_run:
     conda:
         "../../envs/vllm-gpu.yaml"
     shell:
-        "PYTHONPATH=src {params.lock}python -m kvtier.harness run --setup {wildcards.setup} --run-id {params.run_id} "
+        "PYTHONPATH=src {params.lock}python -m kvtier.harness run --setup {wildcards.setup} --run-id {params.run_id} --record-set {wildcards.run} "
         "--out {params.out} {params.args} --pin --no-progress > {log} 2>&1"
 
 

@@ -17,7 +17,8 @@ runs_dirs = find_runs(records)
 log.info("%d run directories", len(runs_dirs))
 requests, runs = analysis.load(runs_dirs, Path(smk.input.run_schema), Path(smk.input.request_schema))
 writer = numbers_writer(smk, "evict")
-table = analysis.register_numbers(writer, requests, runs, list(smk.params.table_setups), smk.params.cpu_setup)
+table = analysis.register_numbers(writer, requests, runs, list(smk.params.table_setups), smk.params.cpu_setup,
+                                   float(smk.params.max_load_per_cpu))
 for path, frame in ((smk.output.requests, requests), (smk.output.runs, runs), (smk.output.table_csv, table)):
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(path, index=False)

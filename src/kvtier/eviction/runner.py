@@ -104,6 +104,8 @@ class Harness:
                          "description": self.static.get("description", ""), "status": "running", "started": _now(),
                          "finished": None, "attempts": 1, "failure": None, **{k: self.static[k] for k in ("host", "model", "server", "versions")},
                          "plan": None, "conversation": None, "phases_completed": []}
+            if self.static.get("record_set"):  # the launches of one invocation, analysed together
+                self.meta["record_set"] = self.static["record_set"]
         else:
             self.meta = old
             if old["status"] == "complete":
