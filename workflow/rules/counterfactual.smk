@@ -95,6 +95,8 @@ rule local_trace:
     log:
         "logs/local_trace/{path}.log",
     localrule: True
+    conda:
+        ANALYSIS_ENV
     shell:
         "(echo 'kvtier: {output.trace} is not here. Pack the session files of {params.url} into it as one .tgz "
         "(sha256 {params.sha256}), or point counterfactual.public_traces.dir at a folder that has it.' | tee {log:q} >&2; exit 1)"

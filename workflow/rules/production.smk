@@ -131,5 +131,7 @@ rule production_sweep_cpu:
 
 rule production_sweep_cpu_all:
     input:
-        expand("results/experiments/production_sweep_cpu_{run}_{pool}.done", run=RUN_ID, pool=CAPTURE["sweep_pools_gib"]),
+        expand(
+            "results/experiments/production_sweep_cpu_{run}_{pool}.done", run=RUN_ID, pool=CAPTURE["sweep_pools_gib"]
+        ),
     localrule: True

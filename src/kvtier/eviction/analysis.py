@@ -21,7 +21,7 @@ from .conversation import find_codes
 from . import logprobs as lp_mod
 from ..serving.server import offload_block_bytes_from_log
 from .checks import exact_blocks, request_delta
-from .cpuset import flag_load, latest_set, record_set, spread
+from .cpuset import CI_LEVEL, CI_MIN_N, flag_load, latest_set, load_interval_s, record_set, spread
 from .records import MEASURED_PHASES, Run, read_run
 from ..render.svg import save_svg
 
@@ -127,6 +127,7 @@ def run_summary(run: Run, rows: pd.DataFrame) -> dict[str, Any]:
     server = run.meta["server"]
     pool = rows.pool_bytes.dropna()
     load = run.meta.get("host_load") or {}
+    interval = load_interval_s(run.dir / load["file"]) if load.get("file") and (run.dir / load["file"]).exists() else None
     return {
         "setup": run.setup, "run": run.name, "provenance": run.meta["provenance"], "status": run.meta["status"],
         "tier": server["tier"], "platform": server.get("platform", "cuda"), "cycles": run.cycles, "complete": complete, "excluded": excluded, "evicted": evicted, "cold_verified": cold_ok,
@@ -141,7 +142,7 @@ def run_summary(run: Run, rows: pd.DataFrame) -> dict[str, Any]:
         "health_wait_s": server.get("health_wait_s"),
         "started": str(run.meta["started"]), "record_set": record_set(run.meta, run.name),
         "cpus": run.meta["host"].get("cpus"), "load1_median": load.get("load1_median"), "load1_max": load.get("load1_max"),
-        "steal_share": load.get("steal_share"),
+        "steal_share": load.get("steal_share"), "load_interval_s": interval,
         "run_dir": run.dir.as_posix(),
     }
 
@@ -303,22 +304,29 @@ def _cpu_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setup: str
     writer.add(f"evict.{setup}.launches_unsampled", int((~current.load_sampled).sum()), "count")
     writer.reading()
     writer.add(f"evict.{setup}.max_load_per_cpu", float(max_load_per_cpu), "x", note="load threshold per CPU (config)")
+    writer.add(f"evict.{setup}.ci_level", CI_LEVEL, "fraction", note="confidence of the interval beside each median")
+    writer.add(f"evict.{setup}.ci_min_n", CI_MIN_N, "count", note="fewest values with such an interval")
     if current.load_sampled.any():
         writer.reading(*run_files(reqs, runs, current.run, meta_only=True))
         sampled = current[current.load_sampled]
         writer.add(f"evict.{setup}.load_threshold", float(sampled.load_threshold.iloc[0]), "x", note="1-minute load average")
         _spread(writer, f"evict.{setup}.load1_median", sampled.load1_median, "x")
+        writer.reading(*sorted(f"{d}/host_load.tsv" for d in sampled.run_dir))
+        writer.add(f"evict.{setup}.load_interval", float(sampled.load_interval_s.median()), "s",
+                   note="median time between load samples")
         writer.add(f"evict.{setup}.load1_max", float(sampled.load1_max.max()), "x")
         if sampled.steal_share.notna().any():
-            writer.add(f"evict.{setup}.steal_share_max", float(sampled.steal_share.max()), "ratio")
+            writer.add(f"evict.{setup}.steal_share_max", float(sampled.steal_share.max()), "fraction")
     for tier, group in current.groupby("tier"):
         kept = group[~group.load_flagged]
         p = f"evict.{setup}.{tier}."
         writer.reading(*run_files(reqs, runs, group.run, meta_only=True))
         writer.add(p + "launches", len(group), "count")
         writer.add(p + "launches_flagged", int(group.load_flagged.sum()), "count")
+        # every launch above the threshold: the medians are over all of them, and say so (all_flagged)
+        writer.add(p + "all_flagged", int(kept.empty), "count", note="1: no launch below the load threshold")
         if kept.empty:
-            continue
+            kept = group
         r = kept.iloc[0]
         rows = reqs[reqs.run.isin(kept.run)]
         cold, hit, rest = (rows[rows.phase == ph].sort_values(["run", "cycle"]) for ph in ("cold", "hit", "restore"))

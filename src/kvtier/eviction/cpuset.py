@@ -18,16 +18,20 @@ import numpy as np
 import pandas as pd
 from scipy.stats import binom
 
+from ..hostload import read_series
+
 TIERS = ("native", "lmcache", "none")
+CI_LEVEL = 0.95
+CI_MIN_N = 6  # five values cover the median with at most 1 - 2/32 = 93.75%
 
 
 def median_ci95_ranks(n: int) -> tuple[int, int] | None:
     """1-based ranks (lo, hi) of the order statistics bounding the median with >= 95% coverage;
     None below six values (five give at most 1 - 2/32 = 93.75%)."""
-    if n < 6:
+    if n < CI_MIN_N:
         return None
-    j = int(binom.ppf(0.025, n, 0.5))
-    while j > 0 and binom.cdf(n - j, n, 0.5) - binom.cdf(j - 1, n, 0.5) < 0.95:
+    j = int(binom.ppf((1 - CI_LEVEL) / 2, n, 0.5))
+    while j > 0 and binom.cdf(n - j, n, 0.5) - binom.cdf(j - 1, n, 0.5) < CI_LEVEL:
         j -= 1
     return (j, n - j + 1) if j >= 1 else None
 
@@ -68,3 +72,9 @@ def latest_set(runs: pd.DataFrame) -> tuple[str, pd.DataFrame, pd.DataFrame]:
     first = runs.groupby("record_set")["started"].min().sort_values()
     name = str(first.index[-1])
     return name, runs[runs.record_set == name], runs[runs.record_set != name]
+
+
+def load_interval_s(path: Any) -> float | None:
+    """Median seconds between consecutive samples of a host_load.tsv."""
+    times = pd.to_datetime([r["time"] for r in read_series(path)])
+    return float(np.median(np.diff(times.astype("int64")))) / 1e9 if len(times) > 1 else None
