@@ -128,3 +128,10 @@ def test_a_launch_above_the_load_threshold_is_flagged() -> None:
     runs = pd.DataFrame({"cpus": [2, 2, 2], "load1_median": [5.9, 6.1, None]})
     flagged = cpuset.flag_load(runs, 3.0)
     assert list(flagged.load_flagged) == [False, True, False] and list(flagged.load_sampled) == [True, True, False]
+
+
+def test_load_interval_is_read_from_the_series(tmp_path: Path) -> None:
+    rows = ["\t".join(hostload.COLUMNS)] + [f"2026-12-01T22:00:{s:02d}.000+00:00\t1\t1\t1\t1\t0\t0\t1\t0\t0\t0\t0"
+                                            for s in (0, 5, 10, 12)]
+    (tmp_path / "host_load.tsv").write_text("\n".join(rows) + "\n")
+    assert cpuset.load_interval_s(tmp_path / "host_load.tsv") == 5.0  # median of 5, 5, 2

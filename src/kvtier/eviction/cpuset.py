@@ -76,5 +76,5 @@ def latest_set(runs: pd.DataFrame) -> tuple[str, pd.DataFrame, pd.DataFrame]:
 
 def load_interval_s(path: Any) -> float | None:
     """Median seconds between consecutive samples of a host_load.tsv."""
-    times = pd.to_datetime([r["time"] for r in read_series(path)])
-    return float(np.median(np.diff(times.astype("int64")))) / 1e9 if len(times) > 1 else None
+    times = pd.Series(pd.to_datetime([r["time"] for r in read_series(path)]))
+    return float(times.diff().dt.total_seconds().median()) if len(times) > 1 else None
