@@ -27,11 +27,18 @@ def repo(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_auto_ids_carry_date_time_and_a_suffix_and_never_repeat() -> None:
-    ids = {auto_id() for _ in range(200)}
-    assert len(ids) == 200  # same second, different suffixes
+def test_auto_ids_carry_date_time_and_a_random_suffix() -> None:
+    """Two runs meet only within one second and with one suffix in 65,536, and then the second's
+    mkdir fails (claim), so it cannot write into the first's folder."""
+    import datetime as dt
+
+    ids = [auto_id() for _ in range(20)]
     assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d-\d\d-\d\dZ-[0-9a-f]{4}", i) for i in ids)
-    assert resolve_id("auto") != resolve_id("auto") and resolve_id("my-run") == "my-run"
+    assert len(set(ids)) > 1  # random suffixes within one second
+    at = dt.datetime(2026, 12, 1, 10, 8, 44, tzinfo=dt.timezone.utc)
+    assert auto_id(at, "00ff") == "2026-12-01T10-08-44Z-00ff"
+    assert not auto_id(at).startswith("2026-12-01-")  # never the committed records' bare date
+    assert resolve_id("my-run") == "my-run" and re.match(r"\d{4}-", resolve_id("auto"))
 
 
 def test_an_existing_folder_is_refused_with_a_free_id_named(repo: Path) -> None:
