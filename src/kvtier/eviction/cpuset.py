@@ -59,11 +59,13 @@ def record_set(meta: dict[str, Any], name: str) -> str:
 def flag_load(runs: pd.DataFrame, max_load_per_cpu: float) -> pd.DataFrame:
     """Add `load_flagged` (median 1-minute load above the threshold) and `load_sampled`."""
     runs = runs.copy()
-    sampled = runs["load1_median"].notna() if "load1_median" in runs else pd.Series(False, index=runs.index)
-    cpus = runs["cpus"].astype(float) if "cpus" in runs else pd.Series(np.nan, index=runs.index)
-    runs["load_sampled"] = sampled
+    nan = pd.Series(np.nan, index=runs.index)
+    load = pd.to_numeric(runs["load1_median"], errors="coerce") if "load1_median" in runs else nan
+    cpus = pd.to_numeric(runs["cpus"], errors="coerce") if "cpus" in runs else nan
+    runs["load1_median"] = load
+    runs["load_sampled"] = load.notna()
     runs["load_threshold"] = max_load_per_cpu * cpus
-    runs["load_flagged"] = sampled & (runs.get("load1_median") > runs["load_threshold"])
+    runs["load_flagged"] = runs.load_sampled & (load > runs["load_threshold"])
     return runs
 
 
