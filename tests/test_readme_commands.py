@@ -28,7 +28,8 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_section_lists_every_experiment_target() -> None:
-    targets = {w for line in readme_commands() for w in shlex.split(line) if not w.startswith("-") and "=" not in w}
+    targets = {w for line in readme_commands() for w in shlex.split(line, comments=True)
+               if not w.startswith("-") and "=" not in w}
     for t in ("eviction_A", "eviction_C", "eviction_cpu", "lab_cyclic", "lab_cyclic_cpu", "production_capture_cpu",
               "production_sweep_cpu_all"):
         assert t in targets, f"README's experiments section has no command for {t}"
@@ -36,7 +37,7 @@ def test_the_section_lists_every_experiment_target() -> None:
 
 @pytest.mark.parametrize("line", readme_commands())
 def test_readme_command_dry_runs(repo: Path, line: str) -> None:
-    args = shlex.split(line)[1:]
+    args = shlex.split(line, comments=True)[1:]  # a trailing `# ...` is the README's comment
     if "--profile" in args:  # the profiles deploy with conda, which a dry run here does not have
         args += ["--sdm", "env-modules"]
     done = snakemake(repo, "-n", *args, check=False)
