@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvtier.eviction import analysis
+from kvtier.eviction import analysis, cpuset
 from kvtier.eviction.records import find_runs
 from kvtier.numbers import atomic_write_text
 from kvtier.provenance import write_sidecar
@@ -25,6 +25,8 @@ for path, frame in ((smk.output.requests, requests), (smk.output.runs, runs), (s
     write_sidecar(path, smk.rule, records)
 atomic_write_text(smk.output.table_md, analysis.table1_markdown(table))
 writer.write(smk.output.numbers)
+for line in cpuset.summary_lines(writer.numbers, smk.params.cpu_setup or ""):
+    log.info("%s", line)
 log.info("wrote %d numbers; Table 1 from runs %s", len(writer.numbers), ", ".join(table.run))
 analysis.figure_1a(pd.read_csv(smk.output.table_csv), smk.output.svg)
 log.info("wrote %s", smk.output.svg)

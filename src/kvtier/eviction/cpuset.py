@@ -80,3 +80,24 @@ def load_interval_s(path: Any) -> float | None:
     """Median seconds between consecutive samples of a host_load.tsv."""
     times = pd.Series(pd.to_datetime([r["time"] for r in read_series(path)]))
     return float(times.diff().dt.total_seconds().median()) if len(times) > 1 else None
+
+
+def summary_lines(numbers: dict[str, dict[str, Any]], setup: str) -> list[str]:
+    """The CPU set's medians with their spread and the flagged launches, for the rule's log."""
+    def v(key: str) -> Any:
+        return numbers.get(f"evict.{setup}.{key}", {}).get("value")
+
+    if v("launches") is None:
+        return []
+    lines = [f"{setup}: {v('launches')} launches in the latest record set, {v('launches_flagged')} flagged for load "
+             f"(median 1-min load > {v('max_load_per_cpu')} per CPU), {v('earlier_launches')} in earlier sets"]
+    for tier in TIERS:
+        for q in ("ttft.cold", "ttft.hit", "ttft.restore", "ratio_cold_restore"):
+            m = v(f"{tier}.{q}.median")
+            if m is None:
+                continue
+            ci = (f"; 95% CI {v(f'{tier}.{q}.ci95_lo'):.4g}-{v(f'{tier}.{q}.ci95_hi'):.4g}"
+                  if v(f"{tier}.{q}.ci95_lo") is not None else "")
+            lines.append(f"  {tier} {q}: median {m:.4g} (range {v(f'{tier}.{q}.min'):.4g}-{v(f'{tier}.{q}.max'):.4g}{ci}; "
+                         f"n={v(f'{tier}.{q}.n')}, launches flagged {v(f'{tier}.launches_flagged')})")
+    return lines
