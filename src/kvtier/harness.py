@@ -43,12 +43,12 @@ from .errors import ManifestError, RawRecordError
 from .eviction.host import host_info, model_params, server_software, versions
 from .eviction.records import RunWriter, read_run
 from .eviction.runner import Harness, HarnessFailed, Plan
+from .hostload import LoadSampler
+from .runfolder import claim, pin_new, resolve_id
 from .serving.client import RequestFailed, ServingClient
 from .serving import fieldchecks
 from .serving.redact import redact_argv, redact_env, scrub_file, secret_values
 from .serving.server import PreflightError, ServerDied, ServerSpec, VllmServer, preflight
-from .hostload import LoadSampler
-from .runfolder import claim, pin_new, resolve_id
 from .yamlio import load_yaml
 
 DEFAULT_VLLM = os.environ.get("KVTIER_VLLM_BIN", "vllm")
