@@ -15,7 +15,7 @@ def _manifest(args: argparse.Namespace) -> int:
         checked = manifest.verify_tree(args.raw_dir, args.manifest)
         print(f"{len(checked)} raw files match {args.manifest}")
     else:
-        manifest.add_entries(args.paths, args.klass, args.description, args.manifest)
+        manifest.add_entries(args.paths, args.klass, args.description, args.manifest, new_only=args.new_only)
         print(f"pinned {len(args.paths)} file(s) in {args.manifest}")
     return 0
 
@@ -28,6 +28,8 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("paths", nargs="*", help="files to pin (add)")
     m.add_argument("--class", dest="klass", choices=["measured", "published", "replica"], default="measured")
     m.add_argument("--description", default="")
+    m.add_argument("--new-only", action="store_true",
+                   help="add: refuse a path that already has a row (what experiment rules use; without it, add re-pins)")
     m.add_argument("--manifest", default="raw/MANIFEST.tsv")
     m.add_argument("--raw-dir", default="raw")
     m.set_defaults(func=_manifest)

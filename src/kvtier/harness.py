@@ -13,7 +13,8 @@ Examples
   kvtier-harness run --setup C --url http://127.0.0.1:8000 --evictors 13
 
   # a run that failed (server died, Ctrl-C, timeout) resumes after its last completed phase
-  kvtier-harness run --setup A --model /models/27b --run-id 2026-10-12-a   # same id again
+  # (only an unpinned run: a folder with pinned records is never written again)
+  kvtier-harness run --setup A --model /models/27b --run-id 2026-10-12-a --resume   # same id again
 
   # vLLM's CPU build on a laptop: the native tier through kvtier's own offloading spec
   # (chosen by itself on a CPU platform), 1,600-token offloaded blocks on 64-token server blocks,
@@ -25,14 +26,14 @@ Examples
   kvtier-harness preflight --tier native --offload-gib 100    # checks only
   kvtier-harness show raw/eviction/A/<run>                    # validate and summarise records
 
-Records go to <out>/<setup>/<run-id>/ (run.yaml, requests.jsonl, metrics/*.prom, server.log);
---pin adds them to raw/MANIFEST.tsv as `measured`.
+Records go to a new folder <out>/<setup>/<run-id>/ (run.yaml, requests.jsonl, metrics/*.prom,
+server.log, host_load.tsv); a folder that exists is refused before any server starts. --pin adds
+them to raw/MANIFEST.tsv as `measured`, as new rows only.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import signal
 import sys
@@ -42,6 +43,8 @@ from .errors import ManifestError, RawRecordError
 from .eviction.host import host_info, model_params, server_software, versions
 from .eviction.records import RunWriter, read_run
 from .eviction.runner import Harness, HarnessFailed, Plan
+from .hostload import LoadSampler
+from .runfolder import claim, pin_new, resolve_id
 from .serving.client import RequestFailed, ServingClient
 from .serving import fieldchecks
 from .serving.redact import redact_argv, redact_env, scrub_file, secret_values
@@ -110,8 +113,13 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--setup", required=True, help="setup label (A, C, cpu, ...): records go to <out>/<setup>/")
     r.add_argument("--url", help="attach to a running server instead of launching one")
     r.add_argument("--out", default="raw/eviction")
-    r.add_argument("--run-id", help="run directory name; reuse a failed run's id to resume it (default: UTC time)")
+    r.add_argument("--run-id", default="auto",
+                   help="run directory name, a new one (auto: UTC date-time and a random suffix)")
+    r.add_argument("--resume", action="store_true",
+                   help="continue the unpinned run of --run-id after its last completed phase (never a pinned one)")
+    r.add_argument("--load-interval", type=float, default=5.0, help="seconds between samples of the host's load (host_load.tsv)")
     r.add_argument("--description", default="")
+    r.add_argument("--record-set", help="the record set this launch belongs to (the launches of one invocation, analysed together)")
     r.add_argument("--target-tokens", type=int, default=200_000, help="conversation length in the server's tokens")
     r.add_argument("--seed", type=int, default=0, help="seed of the conversation text and codes")
     r.add_argument("--evictors", type=int, help="number of evicting conversations; omitted: derived from the KV cache size")
@@ -207,7 +215,8 @@ def launched_server_meta(spec: ServerSpec) -> dict[str, object]:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    run_id = a.run_id or dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H-%M-%SZ")
+    run_id = resolve_id(a.run_id)
+    claim(Path(a.out) / a.setup / run_id, resume=a.resume)  # before anything runs: a new folder, or an unpinned resume
     writer = RunWriter(Path(a.out) / a.setup / run_id)
     software = versions(None if a.url else a.vllm_bin)
     spec = _spec(a, "cuda" if a.url and a.platform == "auto" else _platform(a, software))
@@ -224,7 +233,7 @@ def cmd_run(a: argparse.Namespace) -> int:
         for line in preflight(spec):
             print("preflight ok:", line, file=sys.stderr)
         server_meta = launched_server_meta(spec)
-    static = {"description": a.description, "host": host_info(),
+    static = {"description": a.description, "host": host_info(), "record_set": a.record_set,
               "model": {"path": a.model or "", "served_name": a.served_name, "params": model_params(a.model) if a.model else None},
               "server": server_meta, "versions": software}
     plan = Plan(target_tokens=a.target_tokens, seed=a.seed, evictors=a.evictors, margin=a.margin, rounds=a.rounds,
@@ -234,6 +243,7 @@ def cmd_run(a: argparse.Namespace) -> int:
                            deadline_s=a.request_deadline)
     harness = Harness(client, writer, a.setup, plan, static, progress=not a.no_progress)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    sampler = LoadSampler(writer.dir, a.load_interval).start()
     try:
         if not a.url:
             server = harness.server = VllmServer(spec, writer.dir / "server.log")
@@ -250,15 +260,17 @@ def cmd_run(a: argparse.Namespace) -> int:
                 raise
         meta = harness.run()
     except (HarnessFailed, ServerDied, RequestFailed) as e:
-        print(f"error: {e}\nrecords so far are in {writer.dir}; rerun with --run-id {run_id} to resume", file=sys.stderr)
+        print(f"error: {e}\nrecords so far are in {writer.dir}; rerun with --run-id {run_id} --resume to resume", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:
-        print(f"{e or 'interrupted'}; records so far are in {writer.dir}; rerun with --run-id {run_id} to resume", file=sys.stderr)
+        print(f"{e or 'interrupted'}; records so far are in {writer.dir}; rerun with --run-id {run_id} --resume to resume",
+              file=sys.stderr)
         return 143 if isinstance(e, Terminated) else 130
     finally:
         signal.signal(signal.SIGTERM, _ignore_sigterm)  # a second SIGTERM must not cut the cleanup short
         if server is not None:
             server.stop()
+        _record_load(writer, sampler.stop())
         scrub_file(writer.dir / "server.log", secrets)  # vLLM echoes its arguments, keys included
         signal.signal(signal.SIGTERM, previous)
         if a.pin:
@@ -277,11 +289,17 @@ def _ignore_sigterm(signum: int, frame: object) -> None:
     print("SIGTERM during cleanup: stopping the server first", file=sys.stderr)
 
 
-def _pin(run_dir: Path, description: str = "") -> None:
-    from .manifest import add_entries
+def _record_load(writer: RunWriter, load: dict[str, object] | None) -> None:
+    """The host's load over the run (kvtier.hostload) into run.yaml, beside the run's other host facts."""
+    meta = writer.load_meta()
+    if meta is not None and load is not None:
+        meta["host_load"] = load
+        writer.write_meta(meta)
 
+
+def _pin(run_dir: Path, description: str = "") -> None:
     files = sorted(p for p in run_dir.rglob("*") if p.is_file())
-    add_entries(files, "measured", f"eviction-test records of {run_dir.parent.name}/{run_dir.name} (kvtier-harness)"
+    pin_new(files, "measured", f"eviction-test records of {run_dir.parent.name}/{run_dir.name} (kvtier-harness)"
                 + (f": {description}" if description else ""))
 
 

@@ -214,8 +214,10 @@ def verify_tree(raw_dir: str | Path = "raw", manifest: str | Path | None = None)
     return verify_files(sorted(entries), manifest)
 
 
-def add_entries(paths: Iterable[str | Path], klass: str, description: str, manifest: str | Path = "raw/MANIFEST.tsv") -> None:
-    """Pin (or re-pin) files. Only generators and opt-in experiment rules call this."""
+def add_entries(paths: Iterable[str | Path], klass: str, description: str, manifest: str | Path = "raw/MANIFEST.tsv",
+                new_only: bool = False) -> None:
+    """Pin (or re-pin) files. Generators and `kvtier manifest add` may re-pin; a run pins with
+    `new_only` (kvtier.runfolder.pin_new): a path that already has a row is refused, and nothing is written."""
     if klass not in CLASSES:
         raise ManifestError(f"class {klass!r} is not one of {sorted(CLASSES)}")
     manifest = Path(manifest)
@@ -226,6 +228,9 @@ def add_entries(paths: Iterable[str | Path], klass: str, description: str, manif
         link = _symlink_on_the_way(root, rel)
         if link:
             raise ManifestError(f"{rel}: {link} is a symlink; copy the record into raw/ before pinning it")
+        if new_only and rel in entries:
+            raise ManifestError(f"{rel}: already pinned in {manifest}; a run adds new rows only (a re-pin is an explicit "
+                                "`kvtier manifest add`)")
         full = root / rel
         entries[rel] = Entry(rel, full.stat().st_size, sha256_of(full), klass, description)
     write_manifest(entries.values(), manifest)

@@ -31,6 +31,37 @@ def activated(flag: object) -> bool:
     return str(flag).strip().lower() == "true"
 
 
+def retype_config_args(config: dict[str, Any], config_args: Iterable[str] | None) -> dict[str, Any]:
+    """Re-read each `--config KEY=VALUE` with YAML's safe loader, as the config file is read.
+
+    Snakemake parses a --config value with int, float, a true/false parser and then YAML's
+    *BaseLoader*, which types no scalar: in `lab={"live": {"activate": true}}` the nested `true`
+    arrives as the string 'true' (and 0.25 as '0.25'), and a schema asking for a boolean or a number
+    refuses it. Merged in the same way as Snakemake merges it (nested mappings update, not replace)."""
+    import yaml
+    from snakemake.utils import update_config
+
+    for entry in config_args or ():
+        key, sep, value = str(entry).partition("=")
+        if not sep:
+            continue
+        try:
+            parsed = yaml.safe_load(value) if value != "" else None
+        except yaml.YAMLError:
+            continue  # Snakemake kept it as a string; leave it so
+        update_config(config, {key: parsed})
+    return config
+
+
+def lock_prefix(section: dict[str, Any]) -> str:
+    """`flock LOCK ` before a launch where a config section names a `lock` file: on a machine shared
+    with other servers each launch holds the lock alone, and others can run between launches."""
+    import shlex
+
+    lock = section.get("lock")
+    return f"flock {shlex.quote(str(lock))} " if lock else ""
+
+
 def raw_inputs(paths: Iterable[str]) -> list[str]:
     return [p for p in paths if Path(p).as_posix().startswith("raw/") and not p.endswith("MANIFEST.tsv")]
 

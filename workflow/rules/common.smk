@@ -7,6 +7,7 @@ from pathlib import Path
 #   EXTRA_TARGETS.append(path)                       further outputs of the default target
 # Input functions read these lists lazily, after every rule file has been included.
 
+from kvtier.runfolder import resolve_id
 from kvtier.snake import activated, check_raw_pins, code_digest, end_scheduler_timers
 
 NUMBERS: list[str] = []
@@ -21,6 +22,10 @@ check_raw_pins(MANIFEST)
 # (Snakemake itself only tracks the rule's own script): one digest of every source file, rewritten
 # on each invocation only when a file's content changed (kvtier.snake.code_digest).
 PACKAGE_CODE = code_digest("src/kvtier")
+# The id of the new run folder(s) each experiment writes, from config run_id ("auto" gives a fresh
+# UTC date-time with a random suffix on every invocation). It travels in the marker names ({run}),
+# so a job run elsewhere (a cluster profile re-reads this file) writes the same folder.
+RUN_ID = resolve_id(config["run_id"])
 
 
 def numbers_files(wildcards):

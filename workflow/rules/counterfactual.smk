@@ -80,6 +80,28 @@ rule download_trace:
         " && mv {output.trace:q}.part {output.trace:q}) > {log:q} 2>&1"
 
 
+# A trace with no single download (kv-cache-tester's folder of sessions): the DAG still builds, and
+# the job says how to supply the file instead of a bare MissingInputException.
+rule local_trace:
+    message:
+        "The public trace {wildcards.path} has no single download: build it and place it at {output.trace}"
+    output:
+        trace=f"{PUBLIC['dir']}/{{path}}",
+    wildcard_constraints:
+        path="|".join(re.escape(t["file"]) for t in PUBLIC["traces"].values() if not t["file"].endswith(".jsonl")),
+    params:
+        url=lambda wc: TRACE_BY_FILE[wc.path]["url"],
+        sha256=lambda wc: TRACE_BY_FILE[wc.path]["sha256"],
+    log:
+        "logs/local_trace/{path}.log",
+    localrule: True
+    conda:
+        ANALYSIS_ENV
+    shell:
+        "(echo 'kvtier: {output.trace} is not here. Pack the session files of {params.url} into it as one .tgz "
+        "(sha256 {params.sha256}), or point counterfactual.public_traces.dir at a folder that has it.' | tee {log:q} >&2; exit 1)"
+
+
 rule cf_public:
     message:
         "Counterfactual (opt-in): validate the simulator on the public Mooncake traces"

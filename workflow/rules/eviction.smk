@@ -5,10 +5,10 @@
 from pathlib import Path
 
 from kvtier.eviction import workflow as evict_wf
+from kvtier.snake import lock_prefix
 
 EVICT = config["experiments"]["eviction"]
 EVICT_RECORDS = evict_wf.pinned_records(MANIFEST, EVICT["records"])
-EVICT_RUN_ID = evict_wf.run_id(EVICT["run_id"])
 
 NUMBERS.append("results/numbers/evict.json")
 FIGURES["fig1a"] = "figures/fig1a.svg"
@@ -37,6 +37,7 @@ rule eviction_numbers:
     params:
         table_setups=EVICT["table_setups"],
         cpu_setup=EVICT["cpu_setup"],
+        max_load_per_cpu=EVICT.get("max_load_per_cpu", 3.0),
         n_files=len(EVICT_RECORDS),
     log:
         "logs/eviction_numbers.log",
@@ -65,28 +66,33 @@ rule eviction_tiny_model:
 
 rule eviction_run:
     message:
-        "Eviction test on setup {wildcards.setup}, tier {wildcards.tier}: launch vLLM, run cold/hit/evict/restore, "
+        "Eviction test on setup {wildcards.setup}, launch {wildcards.slot}: launch vLLM, run cold/hit/evict/restore, "
         "pin the records (run {wildcards.run})"
+    wildcard_constraints:
+        setup="|".join(EVICT["setups"]),
+        run="[^_/]+",
+        slot="[^_/]+",
     input:
         lambda wc: evict_wf.opt_in(EVICT, wc.setup),
         model=lambda wc: ["data/tiny-model"] if EVICT["setups"][wc.setup].get("tiny_model") else [],
-        after=lambda wc: evict_wf.previous_tier(EVICT, wc.setup, wc.run, wc.tier),
+        after=lambda wc: evict_wf.previous_tier(EVICT, wc.setup, wc.run, wc.slot),
     output:
-        done=touch("results/experiments/eviction_{setup}_{run}_{tier}.done"),
+        done=touch("results/experiments/eviction_{setup}_{run}_{slot}.done"),
     params:
-        args=lambda wc: evict_wf.harness_args(EVICT, wc.setup, wc.tier),
-        run_id=lambda wc: evict_wf.run_dir_id(EVICT, wc.setup, wc.run, wc.tier),
+        args=lambda wc: evict_wf.harness_args(EVICT, wc.setup, evict_wf.slot_tier(wc.slot)),
+        run_id=lambda wc: evict_wf.run_dir_id(EVICT, wc.setup, wc.run, wc.slot),
         out=EVICT["records"],
+        lock=lock_prefix(EVICT),
     resources:
         gpu=1,
     log:
-        "logs/eviction_run_{setup}_{run}_{tier}.log",
+        "logs/eviction_run_{setup}_{run}_{slot}.log",
     benchmark:
-        "results/benchmarks/eviction_run_{setup}_{run}_{tier}.tsv"
+        "results/benchmarks/eviction_run_{setup}_{run}_{slot}.tsv"
     conda:
         "../../envs/vllm-gpu.yaml"
     shell:
-        "PYTHONPATH=src python -m kvtier.harness run --setup {wildcards.setup} --run-id {params.run_id} "
+        "PYTHONPATH=src {params.lock}python -m kvtier.harness run --setup {wildcards.setup} --run-id {params.run_id} --record-set {wildcards.run} "
         "--out {params.out} {params.args} --pin --no-progress > {log} 2>&1"
 
 
@@ -98,5 +104,5 @@ for _setup in EVICT["setups"]:
         message:
             f"Eviction test of setup {_setup} done; run snakemake again to rebuild the note from the new records"
         input:
-            evict_wf.done_markers(EVICT, _setup, EVICT_RUN_ID),
+            evict_wf.done_markers(EVICT, _setup, RUN_ID),
         localrule: True

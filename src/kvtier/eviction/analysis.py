@@ -21,6 +21,7 @@ from .conversation import find_codes
 from . import logprobs as lp_mod
 from ..serving.server import offload_block_bytes_from_log
 from .checks import exact_blocks, request_delta
+from .cpuset import CI_LEVEL, CI_MIN_N, flag_load, latest_set, load_interval_s, record_set, spread
 from .records import MEASURED_PHASES, Run, read_run
 from ..render.svg import save_svg
 
@@ -125,6 +126,8 @@ def run_summary(run: Run, rows: pd.DataFrame) -> dict[str, Any]:
     gpu = run.meta["host"].get("gpu") or {}
     server = run.meta["server"]
     pool = rows.pool_bytes.dropna()
+    load = run.meta.get("host_load") or {}
+    interval = load_interval_s(run.dir / load["file"]) if load.get("file") and (run.dir / load["file"]).exists() else None
     return {
         "setup": run.setup, "run": run.name, "provenance": run.meta["provenance"], "status": run.meta["status"],
         "tier": server["tier"], "platform": server.get("platform", "cuda"), "cycles": run.cycles, "complete": complete, "excluded": excluded, "evicted": evicted, "cold_verified": cold_ok,
@@ -137,6 +140,9 @@ def run_summary(run: Run, rows: pd.DataFrame) -> dict[str, Any]:
         "target_tokens": plan.get("target_tokens"), "evictors": plan.get("evictors"),
         "codes": len(run.meta["conversation"]["codes"]) if run.meta.get("conversation") else None,
         "health_wait_s": server.get("health_wait_s"),
+        "started": str(run.meta["started"]), "record_set": record_set(run.meta, run.name),
+        "cpus": run.meta["host"].get("cpus"), "load1_median": load.get("load1_median"), "load1_max": load.get("load1_max"),
+        "steal_share": load.get("steal_share"), "load_interval_s": interval,
         "run_dir": run.dir.as_posix(),
     }
 
@@ -156,8 +162,8 @@ def load(run_dirs: list[Path], run_schema: Path, request_schema: Path) -> tuple[
 
 
 def table_runs(runs: pd.DataFrame, setups: list[str]) -> pd.DataFrame:
-    """The run that stands for each setup in Table 1: its latest valid run."""
-    valid = runs[runs.valid & runs.setup.isin(setups)].sort_values("run")
+    """The run that stands for each setup in Table 1: its latest valid run, by recorded start time."""
+    valid = runs[runs.valid & runs.setup.isin(setups)].sort_values(["started", "run"])
     missing = [s for s in setups if s not in set(valid.setup)]
     if missing:
         raise RawRecordError("raw/eviction", f"no valid run (complete, codes on the cold read, evicted) for setup(s) {missing}")
@@ -204,7 +210,8 @@ def run_files(reqs: pd.DataFrame, runs: pd.DataFrame, names: Any, meta_only: boo
     return sorted(out)
 
 
-def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setups: list[str], cpu_setup: str | None) -> pd.DataFrame:
+def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setups: list[str], cpu_setup: str | None,
+                     max_load_per_cpu: float = 3.0) -> pd.DataFrame:
     """Register Table 1's numbers and the aggregates; each lists the raw files of the runs it
     rests on (writer.reading), so setup A's numbers do not cite setup C or the CPU runs."""
     t = table1(reqs, runs, setups)
@@ -259,37 +266,78 @@ def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setups
     writer.add("evict.max_ratio", float(t.ratio_cold_restore.max()), "x")
     writer.add("evict.hit_mean", float(t.ttft_hit_s.mean()), "s")
     if cpu_setup:
-        _cpu_numbers(writer, reqs, runs, cpu_setup)
+        _cpu_numbers(writer, reqs, runs, cpu_setup, max_load_per_cpu)
     return t
 
 
 def _spread(writer: Any, key: str, values: pd.Series, unit: str) -> None:
-    """Median, min and max of one quantity over the cycles of a repeated run."""
-    v = values.dropna().astype(float)
-    if v.empty:
+    """Median, range, count and (six values on) the 95% interval of the median (eviction.cpuset.spread)."""
+    sp = spread(values)
+    if sp is None:
         return
-    writer.add(key + ".median", float(v.median()), unit)
-    writer.add(key + ".min", float(v.min()), unit)
-    writer.add(key + ".max", float(v.max()), unit)
+    writer.add(key + ".median", sp["median"], unit)
+    writer.add(key + ".min", sp["min"], unit)
+    writer.add(key + ".max", sp["max"], unit)
+    writer.add(key + ".n", sp["n"], "count")
+    if "ci95_lo" in sp:
+        writer.add(key + ".ci95_lo", sp["ci95_lo"], unit, note="95% interval of the median, order statistics")
+        writer.add(key + ".ci95_hi", sp["ci95_hi"], unit, note="95% interval of the median, order statistics")
 
 
-def _cpu_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setup: str) -> None:
-    """The measured runs on vLLM's CPU build: per tier (native CPU tier, no-offload control) the latest
-    complete run, its cycles summarised as median and range. Keys: evict.<setup>.<tier>.*"""
-    done = runs[(runs.setup == setup) & runs.complete & runs.cold_verified].sort_values("run")
+def _cpu_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setup: str, max_load_per_cpu: float) -> None:
+    """The measured runs on vLLM's CPU build, as an instrument: the latest record set (by recorded
+    start), per tier (native CPU tier, no-offload control) its launches, those flagged for load, and
+    the cycles of the others pooled: median, range and 95% interval. Keys: evict.<setup>.<tier>.*"""
+    done = runs[(runs.setup == setup) & runs.complete & runs.cold_verified]
     if done.empty:
         return
-    for tier, group in done.groupby("tier"):
-        r = group.iloc[-1]
-        rows = reqs[reqs.run == r.run]
-        cold, hit, rest = (rows[rows.phase == ph].sort_values("cycle") for ph in ("cold", "hit", "restore"))
-        rest = rest[rest["round"] == 1]
+    done = flag_load(done, max_load_per_cpu)
+    name, current, earlier = latest_set(done)
+    writer.reading(*run_files(reqs, runs, done.run, meta_only=True))
+    writer.add(f"evict.{setup}.earlier_sets", int(earlier.record_set.nunique()), "count",
+               note="earlier record sets of this setup, pinned but not in the medians")
+    writer.add(f"evict.{setup}.earlier_launches", len(earlier), "count")
+    writer.reading(*run_files(reqs, runs, current.run, meta_only=True))
+    writer.add(f"evict.{setup}.launches", len(current), "count", note=f"launches of record set {name}, every tier")
+    writer.add(f"evict.{setup}.launches_flagged", int(current.load_flagged.sum()), "count",
+               note="launches whose median 1-minute load exceeded the threshold: out of the medians")
+    writer.add(f"evict.{setup}.launches_unsampled", int((~current.load_sampled).sum()), "count")
+    writer.reading()
+    writer.add(f"evict.{setup}.max_load_per_cpu", float(max_load_per_cpu), "x", note="load threshold per CPU (config)")
+    writer.add(f"evict.{setup}.ci_level", CI_LEVEL, "fraction", note="confidence of the interval beside each median")
+    writer.add(f"evict.{setup}.ci_min_n", CI_MIN_N, "count", note="fewest values with such an interval")
+    if current.load_sampled.any():
+        writer.reading(*run_files(reqs, runs, current.run, meta_only=True))
+        sampled = current[current.load_sampled]
+        writer.add(f"evict.{setup}.load_threshold", float(sampled.load_threshold.iloc[0]), "x", note="1-minute load average")
+        _spread(writer, f"evict.{setup}.load1_median", sampled.load1_median, "x")
+        writer.reading(*sorted(f"{d}/host_load.tsv" for d in sampled.run_dir))
+        writer.add(f"evict.{setup}.load_interval", float(sampled.load_interval_s.median()), "s",
+                   note="median time between load samples")
+        writer.add(f"evict.{setup}.load1_max", float(sampled.load1_max.max()), "x")
+        if sampled.steal_share.notna().any():
+            writer.add(f"evict.{setup}.steal_share_max", float(sampled.steal_share.max()), "fraction")
+    for tier, group in current.groupby("tier"):
+        kept = group[~group.load_flagged]
         p = f"evict.{setup}.{tier}."
-        writer.reading(*run_files(reqs, runs, [r.run]))
-        writer.add(p + "cycles", int(r.cycles), "count")
-        for name, frame in (("cold", cold), ("hit", hit), ("restore", rest)):
-            _spread(writer, p + f"ttft.{name}", frame.ttft_s, "s")
-        ratio = cold.set_index("cycle").ttft_s / rest.set_index("cycle").ttft_s
+        writer.reading(*run_files(reqs, runs, group.run, meta_only=True))
+        writer.add(p + "launches", len(group), "count")
+        writer.add(p + "launches_flagged", int(group.load_flagged.sum()), "count")
+        # every launch above the threshold: the medians are over all of them, and say so (all_flagged)
+        writer.add(p + "all_flagged", int(kept.empty), "count", note="1: no launch below the load threshold")
+        if kept.empty:
+            kept = group
+        r = kept.iloc[0]
+        rows = reqs[reqs.run.isin(kept.run)]
+        cold, hit, rest = (rows[rows.phase == ph].sort_values(["run", "cycle"]) for ph in ("cold", "hit", "restore"))
+        rest = rest[rest["round"] == 1]
+        writer.reading(*run_files(reqs, runs, kept.run))
+        writer.add(p + "launches_used", len(kept), "count")
+        writer.add(p + "cycles", int(kept.cycles.sum()), "count", note="cycles of the launches kept, pooled")
+        writer.add(p + "cycles_per_launch", int(kept.cycles.min()), "count")
+        for name_, frame in (("cold", cold), ("hit", hit), ("restore", rest)):
+            _spread(writer, p + f"ttft.{name_}", frame.ttft_s, "s")
+        ratio = cold.set_index(["run", "cycle"]).ttft_s / rest.set_index(["run", "cycle"]).ttft_s
         _spread(writer, p + "ratio_cold_restore", ratio, "x")
         for col in ("gpu_hit_tokens", "pool_tokens", "computed_tokens"):
             _spread(writer, p + f"restore.{col}", rest[col], "tokens")
@@ -304,8 +352,8 @@ def _cpu_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setup: str
         writer.add(p + "evictor_tokens_over_cache", r.evictors * r.prompt_tokens / r.kv_cache_tokens, "x")
         if pd.notna(r.model_params):
             writer.add(p + "model_params", int(r.model_params), "count")
-        if r.health_wait_s is not None and pd.notna(r.health_wait_s):
-            writer.add(p + "health_wait", float(r.health_wait_s), "s")
+        if kept.health_wait_s.notna().any():
+            _spread(writer, p + "health_wait", kept.health_wait_s, "s")
         if rest.load_bytes.notna().any() and (rest.load_bytes > 0).any():
             _spread(writer, p + "restore_bytes", rest.load_bytes, "B")
             _spread(writer, p + "blocks_moved", rest.blocks_moved_exact, "blocks")

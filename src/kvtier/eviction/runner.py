@@ -104,6 +104,8 @@ class Harness:
                          "description": self.static.get("description", ""), "status": "running", "started": _now(),
                          "finished": None, "attempts": 1, "failure": None, **{k: self.static[k] for k in ("host", "model", "server", "versions")},
                          "plan": None, "conversation": None, "phases_completed": []}
+            if self.static.get("record_set"):  # the launches of one invocation, analysed together
+                self.meta["record_set"] = self.static["record_set"]
         else:
             self.meta = old
             if old["status"] == "complete":
@@ -342,8 +344,14 @@ class Harness:
         colds = {r.get("cycle", 1): r for r in self.writer_requests() if r["phase"] == "cold" and r["status"] == "ok"}
         short = [r for r in colds.values() if len(r["codes_found"]) < len(r["codes_expected"])]
         self.meta["excluded"] = bool(short)
-        self.meta["exclusion_reason"] = (f"cold read returned {len(short[0]['codes_found'])} of {len(short[0]['codes_expected'])} codes "
-                                         "(the model fails the check even without eviction)") if short else ""
+        # a model that cannot retrieve codes (random weights) is checked by logprobs: say so where it is excluded
+        restores = [c for c in self.meta.get("checks", {}).values() if "evicted" in c]
+        by_logprobs = bool(restores) and all((c.get("logprobs") or {}).get("positions") for c in restores)
+        self.meta["exclusion_reason"] = (
+            f"cold read returned {len(short[0]['codes_found'])} of {len(short[0]['codes_expected'])} codes "
+            "(the model fails the check even without eviction)"
+            + ("; out of Table 1's code check only: every restore is checked by its logprobs against the hit instead"
+               if by_logprobs else "")) if short else ""
         checks = self.meta.get("checks", {})
         self.meta["not_evicted"] = not all(c["evicted"] for c in checks.values() if "evicted" in c)
         self.meta["cold_not_verified"] = [pid for pid, c in checks.items() if c.get("verified_cold") is False]

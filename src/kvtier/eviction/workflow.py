@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import shlex
 from pathlib import Path
 from typing import Any
 
 from ..manifest import read_manifest
+from ..runfolder import resolve_id
 from ..snake import activated
 
 
@@ -17,8 +17,9 @@ def pinned_records(manifest: str, records: str) -> list[str]:
 
 
 def run_id(value: str) -> str:
-    """'auto' is today's UTC date, so a failed run rerun the same day resumes."""
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d") if value == "auto" else value
+    """'auto': a fresh id (UTC date-time and a random suffix) on every invocation, so a rerun never
+    meets an earlier run's folder; any other value is used as given (the harness refuses it if taken)."""
+    return resolve_id(value)
 
 
 def opt_in(evict: dict[str, Any], setup: str) -> list[str]:
@@ -37,19 +38,36 @@ def tiers(evict: dict[str, Any], setup: str) -> list[str]:
     return list(s.get("tiers") or [s["tier"]])
 
 
-def run_dir_id(evict: dict[str, Any], setup: str, run: str, tier: str) -> str:
-    """The run directory: the run id, suffixed with the tier where a setup runs several."""
-    return f"{run}-{tier}" if evict["setups"][setup].get("tiers") else run
+def launches(evict: dict[str, Any], setup: str) -> int:
+    """Separate server launches per tier (each into its own run folder)."""
+    return int(evict["setups"][setup].get("launches") or 1)
+
+
+def slots(evict: dict[str, Any], setup: str) -> list[str]:
+    """The launches in the order they run, interleaved across tiers (native, none, native, none, ...)
+    so a shared machine's slow drift spreads over every tier: 'tier' for one launch, '<k>-<tier>' for several."""
+    n = launches(evict, setup)
+    return [t if n == 1 else f"{k}-{t}" for k in range(1, n + 1) for t in tiers(evict, setup)]
+
+
+def slot_tier(slot: str) -> str:
+    return slot.rpartition("-")[2]
+
+
+def run_dir_id(evict: dict[str, Any], setup: str, run: str, slot: str) -> str:
+    """The run directory: the run id, suffixed with the launch where a setup runs several tiers or launches."""
+    s = evict["setups"][setup]
+    return f"{run}-{slot}" if s.get("tiers") or launches(evict, setup) > 1 else run
 
 
 def done_markers(evict: dict[str, Any], setup: str, run: str) -> list[str]:
-    return [f"results/experiments/eviction_{setup}_{run}_{t}.done" for t in tiers(evict, setup)]
+    return [f"results/experiments/eviction_{setup}_{run}_{s}.done" for s in slots(evict, setup)]
 
 
-def previous_tier(evict: dict[str, Any], setup: str, run: str, tier: str) -> list[str]:
-    """The marker of the tier run before this one: one server at a time, on the same host and port."""
-    order = tiers(evict, setup)
-    i = order.index(tier) if tier in order else 0
+def previous_tier(evict: dict[str, Any], setup: str, run: str, slot: str) -> list[str]:
+    """The marker of the launch before this one: one server at a time, on the same host and port."""
+    order = slots(evict, setup)
+    i = order.index(slot) if slot in order else 0
     return done_markers(evict, setup, run)[i - 1:i] if i > 0 else []
 
 

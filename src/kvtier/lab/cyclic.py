@@ -27,6 +27,7 @@ import argparse
 import csv
 import random
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +36,8 @@ from typing import Callable
 import yaml
 from tqdm import tqdm
 
+from ..errors import ManifestError
+from ..runfolder import claim, pin_new
 from ..serving import ServerSpec, ServingClient, VllmServer
 from ..serving import redact
 from ..serving.redact import redact_argv
@@ -135,15 +138,12 @@ def _doc_tokens(rows: list[dict]) -> int | list[int]:
 def run(out: str | Path, plan: CyclicPlan, spec_for: Callable[[str], ServerSpec], progress: bool = True,
         health_timeout_s: float = 900.0) -> list[Path]:
     """Launch each setup's server in turn, run the passes, stop it; returns the files written."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = claim(out)  # a new folder: a run never writes into another run's records
     docs = documents(plan)
     rows: list[dict] = []
     specs = {s: spec_for(s) for s in plan.setups}
     for setup, spec in specs.items():
         log = out / setup / "server.log"
-        if log.exists():
-            log.unlink()
         preflight(spec)
         with VllmServer(spec, log) as server:
             server.wait_healthy(health_timeout_s)
@@ -156,7 +156,7 @@ def run(out: str | Path, plan: CyclicPlan, spec_for: Callable[[str], ServerSpec]
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description="Cyclic-access experiment against live vLLM servers")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out", required=True, help="a new folder for the run (refused if it exists)")
     ap.add_argument("--setups", default="vllm,lmcache")
     ap.add_argument("--model", required=True)
     ap.add_argument("--served-name", default="lab")
@@ -194,10 +194,13 @@ def main(argv: list[str] | None = None) -> int:
                           vllm_bin=args.vllm_bin, max_model_len=args.max_model_len, platform=args.platform,
                           ram_headroom_gib=1.0 if args.platform == "cpu" else 8.0, extra_args=extra)
 
-    files = run(args.out, plan, spec_for)
+    try:
+        files = run(args.out, plan, spec_for)
+    except ManifestError as e:  # the folder exists: refused before any server started
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     if args.pin:
-        from ..manifest import add_entries
-        add_entries(files, "measured", f"Lab cyclic-access run recorded by kvtier.lab.cyclic ({', '.join(plan.setups)})")
+        pin_new(files, "measured", f"Lab cyclic-access run recorded by kvtier.lab.cyclic ({', '.join(plan.setups)})")
     print(f"wrote {len(files)} files under {args.out}")
     return 0
 

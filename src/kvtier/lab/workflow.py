@@ -24,3 +24,8 @@ def pinned_under(manifest: str, folder: str) -> list[str]:
     if not files:
         raise ValueError(f"no file under {folder} is pinned in {manifest}")
     return files
+
+
+def live_model(live: dict) -> dict[str, str]:
+    """The tiny model as a named input where the live run serves it (a CPU rehearsal), else nothing."""
+    return {"model": "data/tiny-model"} if live.get("tiny_model") else {}

@@ -33,7 +33,9 @@ from pathlib import Path
 import yaml
 
 from ..eviction.host import host_info, load_average, versions
+from ..errors import ManifestError
 from ..harness import Terminated, _on_sigterm, _platform, _server_args, _spec, api_key, launched_server_meta
+from ..runfolder import claim
 from ..serving.client import RequestFailed, ServingClient
 from ..serving import redact
 from ..serving.redact import scrub_file, secret_values
@@ -46,7 +48,8 @@ from .schedule import TRACE_KINDS, Scaling, Turn, schedule_for
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kvtier-replay", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trace", required=True, help="kv-cache-tester:PATH.tgz or mooncake:PATH.jsonl")
-    p.add_argument("--out", required=True, help="folder for the records (reuse it to resume)")
+    p.add_argument("--out", required=True, help="a new folder for the records (refused if it exists, unless --resume)")
+    p.add_argument("--resume", action="store_true", help="continue the unpinned run in --out after its last answered request")
     p.add_argument("--sessions", type=int, default=8, help="kv-cache-tester: conversations replayed, in file order")
     p.add_argument("--session-gap", type=float, default=30.0, help="kv-cache-tester: seconds between session starts (after compression)")
     p.add_argument("--limit", type=int, help="mooncake: requests replayed")
@@ -112,8 +115,11 @@ def host_record(facts: dict, software: dict, started: dt.datetime | None, ended:
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out = claim(a.out, resume=a.resume)  # before any server: a new folder, or an unpinned run resumed
+    except ManifestError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     s = Scaling(scale=a.scale, compress=a.compress, vocab_size=a.vocab_size, max_tokens_cap=a.max_tokens_cap, seed=a.seed)
     turns = schedule(a, s)
     software = versions(None if a.url else a.vllm_bin)
@@ -157,7 +163,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:
-        print(f"{e or 'interrupted'}; the client log in {out} keeps every answered request; rerun to resume", file=sys.stderr)
+        print(f"{e or 'interrupted'}; the client log in {out} keeps every answered request; rerun with --resume to resume",
+              file=sys.stderr)
         return 143 if isinstance(e, Terminated) else 130
     finally:
         if server is not None:
