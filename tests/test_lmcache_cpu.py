@@ -116,3 +116,61 @@ def oracle() -> dict:
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
+
+# ---------------------------------------------------------------- a real server
+BLOCK = 256          # = LMCache's chunk: a KV-cache hit then recomputes exactly the tokens a reload does
+KV_BYTES = 16 * 2**20  # 8,192 tokens of the tiny model (2,048 bytes a token): five other documents evict one
+
+
+@pytest.fixture(scope="module")
+def evicted_and_reloaded(tiny_model, tmp_path_factory) -> dict:
+    """Document 0, then again (a KV-cache hit), then five others until it is evicted, then again:
+    per request the counters' change and the logprobs; the server log."""
+    from kvtier.lab.cyclic import CyclicPlan, documents
+    from kvtier.serving.client import ServingClient
+    from kvtier.serving.metrics import Snapshot
+
+    if not VLLM.is_file():
+        pytest.skip(f"no vLLM at {VLLM}")
+    spec = srv.ServerSpec(model=str(tiny_model), served_name="tiny", tier="lmcache", platform="cpu", offload_gib=0.125,
+                          port=8096, vllm_bin=str(VLLM), max_model_len=4096, ram_headroom_gib=1,
+                          extra_args=[f"--block-size={BLOCK}", f"--kv-cache-memory-bytes={KV_BYTES}", "--enforce-eager",
+                                      "--dtype=bfloat16"])
+    docs = documents(CyclicPlan(docs=6, doc_words=500))
+    log = tmp_path_factory.mktemp("lmcache") / "server.log"
+    srv.preflight(spec)
+    out: dict = {"requests": {}}
+    with srv.VllmServer(spec, log) as server:
+        server.wait_healthy(400)
+        with ServingClient(spec.url, "tiny", timeout_s=120) as client:
+            before = Snapshot.parse(client.metrics_text()).tokens_by_source()
+            for label, d in [("first", 0), ("hit", 0)] + [(f"other{i}", i) for i in range(1, 6)] + [("reload", 0)]:
+                r = client.stream_completion(docs[d], 8, ignore_eos=True, logprobs=5)
+                after = Snapshot.parse(client.metrics_text()).tokens_by_source()
+                out["requests"][label] = {"prompt_tokens": r.usage["prompt_tokens"], "logprobs": r.logprobs,
+                                          "delta": {k: after[k] - before[k] for k in after}}
+                before = after
+    out["log"] = log.read_text(encoding="utf-8", errors="replace")
+    return out
+
+
+@pytest.mark.vllm
+def test_an_evicted_prompt_comes_back_from_lmcache(evicted_and_reloaded):
+    req = evicted_and_reloaded["requests"]
+    p = req["first"]["prompt_tokens"]
+    assert p % BLOCK, "the test needs a prompt that ends inside a block"
+    stored = p // BLOCK * BLOCK   # LMCache keeps whole 256-token chunks only (save_unfull_chunk off)
+    assert req["hit"]["delta"] == {"local_cache_hit": stored, "external_kv_transfer": 0, "local_compute": p - stored}
+    assert req["reload"]["delta"] == {"local_cache_hit": 0, "external_kv_transfer": stored, "local_compute": p - stored}
+    assert f"Retrieved {stored} out of {stored}" in evicted_and_reloaded["log"]
+    assert plugin.READY_LINE in evicted_and_reloaded["log"] and "layout from vLLM's" in evicted_and_reloaded["log"]
+
+
+@pytest.mark.vllm
+def test_reloaded_logprobs_equal_the_hits(evicted_and_reloaded):
+    from kvtier.eviction import logprobs as lp
+
+    req = evicted_and_reloaded["requests"]
+    # hit and reload compute the same last p - stored tokens over the same KV: bit for bit
+    v = lp.verdict(lp.compare(req["reload"]["logprobs"], req["hit"]["logprobs"]), same_compute=True, tolerance=0.0)
+    assert v["passed"] and v["bit_identical"] and v["positions"] == 8
