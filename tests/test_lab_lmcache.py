@@ -112,3 +112,51 @@ def test_an_lmcache_run_that_never_moved_kv_is_named(tmp_path):
         live.lmcache_shape(d, {"env": {"LMCACHE_MAX_LOCAL_CPU_SIZE": "0.125", "LMCACHE_CHUNK_SIZE": "256"}})
     with pytest.raises(RawRecordError, match="LMCACHE_MAX_LOCAL_CPU_SIZE"):
         live.lmcache_shape(d, {"env": {}})
+
+
+# ---------------------------------------------------------------- the committed records
+@pytest.fixture(scope="module")
+def series():
+    return launches.launch_table(ROOT)
+
+
+def test_three_launches_of_each_setup_interleaved_in_their_own_folders(series):
+    dirs = launches.launch_dirs(ROOT)
+    setups = [yaml.safe_load((d / "run.yaml").read_text())["launch"]["order"] for d in dirs]
+    order = [d.name.split("Z-", 1)[1] for d in dirs]
+    assert order == ["vllm", "lmcache", "lmcache-small"] * 3 and all(s == setups[0] for s in setups)
+    for d in dirs:
+        meta = yaml.safe_load((d / "run.yaml").read_text())
+        assert list(meta["setups"]) == [d.name.split("Z-", 1)[1]]  # one setup a launch
+        assert len(meta["load"]["start"]) == 3 and len(meta["load"]["end"]) == 3 and meta["load"]["series"]
+        # the same input every launch
+        assert meta["documents"]["sha256"] == cyclic.documents_digest(cyclic.CyclicPlan(docs=10, doc_words=1000))
+        assert meta["versions"]["lmcache"] == "0.5.6" and meta["versions"]["vllm_platform"] == "cpu"
+
+
+def test_every_lmcache_launch_started_as_lmcache(series):
+    from kvtier.serving import server as srv
+
+    for d in launches.launch_dirs(ROOT):
+        meta = yaml.safe_load((d / "run.yaml").read_text())
+        (setup, conf), = meta["setups"].items()
+        if conf["tier"] != "lmcache":
+            continue
+        assert conf["env"]["PYTHONHASHSEED"] == "0" and conf["env"]["LMCACHE_MAX_LOCAL_CPU_SIZE"] in ("0.125", "0.03125")
+        assert srv.lmcache_start_fault((d / setup / "server.log").read_text(errors="replace"), cpu=True) is None
+
+
+def test_counters_and_usage_agree_on_every_request(series):
+    assert len(series) == 9 * 31 and series.usage_agrees.all()
+    assert ((series.gpu_tokens + series.cpu_tokens + series.computed_tokens) == series.prompt_tokens).all()
+
+
+def test_lmcache_serves_the_second_pass_by_hand(series):
+    second = series[(series.phase == "doc") & (series["pass"] == "second")]
+    alone, lm, small = (second[second.setup == s] for s in launches.SETUPS)
+    assert alone.gpu_tokens.sum() == 0 and alone.cpu_tokens.sum() == 0  # the cycle defeats the KV cache
+    # room for all ten documents: every full 256-token chunk of each comes from LMCache, the partial last one is computed
+    assert (lm.cpu_tokens == lm.prompt_tokens // CHUNK * CHUNK).all() and lm.gpu_tokens.sum() == 0
+    assert (lm.computed_tokens == lm.prompt_tokens % CHUNK).all()
+    # 64 chunks (16,384 tokens) for ten documents of 15-16 chunks: the LRU pool is cycled through like the KV cache
+    assert small.cpu_tokens.sum() == 0

@@ -57,11 +57,7 @@ rule lab_numbers:
             if LAB_LIVE
             else {}
         ),
-        **(
-            {"lm_numbers": "results/numbers/lablm.json", "lm_table": "results/tables/lab_lmcache.csv"}
-            if LAB_LM
-            else {}
-        ),
+        **({"lm_numbers": "results/numbers/lablm.json", "lm_table": "results/tables/lab_lmcache.csv"} if LAB_LM else {}),
         numbers="results/numbers/lab.json",
         requests="results/tidy/lab_requests.csv",
         passes="results/tidy/lab_passes.csv",

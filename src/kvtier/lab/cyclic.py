@@ -215,6 +215,9 @@ def run(out: str | Path, plan: CyclicPlan, spec_for: Callable[[str], ServerSpec]
     out.mkdir(parents=True, exist_ok=True)
     docs = documents(plan)
     rows: list[dict] = []
+    from ..eviction.host import host_info, versions
+
+    host = host_info()  # before the servers: its load_average_start is the load at the start
     started = utc_now()
     with LoadRecorder() as load:
         for setup, spec in specs.items():
@@ -223,10 +226,8 @@ def run(out: str | Path, plan: CyclicPlan, spec_for: Callable[[str], ServerSpec]
                 server.wait_healthy(health_timeout_s)
                 with ServingClient(server.url, spec.served_name) as client:
                     rows += run_passes(client, setup, plan, docs, out / setup / "metrics", progress)
-    from ..eviction.host import host_info, versions
-
     write_run(out, plan, specs, rows, {"started_utc": started, "ended_utc": utc_now(), "load": load.record(),
-                                       "host": host_info(), "versions": versions(next(iter(specs.values())).vllm_bin),
+                                       "host": host, "versions": versions(next(iter(specs.values())).vllm_bin),
                                        **(extra or {})})
     return sorted(p for p in out.rglob("*") if p.is_file())
 
