@@ -115,16 +115,34 @@ def test_an_lmcache_run_that_never_moved_kv_is_named(tmp_path):
 
 
 # ---------------------------------------------------------------- the committed records
+REPO = ROOT.parents[2]
+
+
+def pinned_files() -> list[str]:
+    from kvtier.manifest import read_manifest
+
+    return [str(REPO / p) for p in read_manifest(REPO / "raw" / "MANIFEST.tsv") if p.startswith("raw/lab/cyclic-lmcache-cpu/")]
+
+
 @pytest.fixture(scope="module")
 def series():
-    return launches.launch_table(ROOT)
+    return launches.launch_table(ROOT, pinned_files())
 
 
-def test_three_launches_of_each_setup_interleaved_in_their_own_folders(series):
-    dirs = launches.launch_dirs(ROOT)
-    setups = [yaml.safe_load((d / "run.yaml").read_text())["launch"]["order"] for d in dirs]
+def test_only_pinned_launches_are_read(tmp_path):
+    dirs = launches.launch_dirs(ROOT, pinned_files())
+    assert launches.launch_dirs(ROOT, [str(d / "run.yaml") for d in dirs[:2]]) == dirs[:2]
+    with pytest.raises(RawRecordError, match="no launch folder"):
+        launches.launch_dirs(ROOT, [])
+
+
+def test_launches_of_each_setup_interleaved_in_their_own_folders(series):
+    dirs = launches.launch_dirs(ROOT, pinned_files())
+    planned = [yaml.safe_load((d / "run.yaml").read_text())["launch"]["order"] for d in dirs]
     order = [d.name.split("Z-", 1)[1] for d in dirs]
-    assert order == ["vllm", "lmcache", "lmcache-small"] * 3 and all(s == setups[0] for s in setups)
+    # in the order they started: the planned interleaving (vllm, lmcache, lmcache-small, vllm, ...) so far
+    assert planned[0] == ["vllm", "lmcache", "lmcache-small"] * 3 and all(p == planned[0] for p in planned)
+    assert order == planned[0][:len(dirs)] and len(dirs) >= 3
     for d in dirs:
         meta = yaml.safe_load((d / "run.yaml").read_text())
         assert list(meta["setups"]) == [d.name.split("Z-", 1)[1]]  # one setup a launch
@@ -137,7 +155,7 @@ def test_three_launches_of_each_setup_interleaved_in_their_own_folders(series):
 def test_every_lmcache_launch_started_as_lmcache(series):
     from kvtier.serving import server as srv
 
-    for d in launches.launch_dirs(ROOT):
+    for d in launches.launch_dirs(ROOT, pinned_files()):
         meta = yaml.safe_load((d / "run.yaml").read_text())
         (setup, conf), = meta["setups"].items()
         if conf["tier"] != "lmcache":
@@ -147,7 +165,7 @@ def test_every_lmcache_launch_started_as_lmcache(series):
 
 
 def test_counters_and_usage_agree_on_every_request(series):
-    assert len(series) == 9 * 31 and series.usage_agrees.all()
+    assert len(series) == series.launch.nunique() * 31 and series.usage_agrees.all()
     assert ((series.gpu_tokens + series.cpu_tokens + series.computed_tokens) == series.prompt_tokens).all()
 
 
@@ -160,3 +178,10 @@ def test_lmcache_serves_the_second_pass_by_hand(series):
     assert (lm.computed_tokens == lm.prompt_tokens % CHUNK).all()
     # 64 chunks (16,384 tokens) for ten documents of 15-16 chunks: the LRU pool is cycled through like the KV cache
     assert small.cpu_tokens.sum() == 0
+
+
+def test_the_simulators_lmcache_policy_predicts_every_request(series):
+    # the pools as the simulator reads them: 0.125 GiB / (256 tokens x 2,048 bytes) = 256 chunks, 0.03125 GiB = 64
+    assert set(series[series.setup == "lmcache"].cpu_chunks) == {256}
+    assert set(series[series.setup == "lmcache-small"].cpu_chunks) == {64}
+    assert series.agrees.all(), series[~series.agrees][["launch", "pass", "doc", "gpu_tokens", "cpu_tokens", "pred_gpu_tokens", "pred_cpu_tokens"]]

@@ -61,7 +61,7 @@ if smk.params.live_run:
 
 # LMCache itself on vLLM's CPU build: a series of launches, its own records only
 if smk.params.lm_run:
-    table = launches.launch_table(smk.params.lm_run)
+    table = launches.launch_table(smk.params.lm_run, pinned=map(str, smk.input[LM]))
     table.to_csv(smk.output.lm_table, index=False)
     lm_records = raw_inputs(map(str, smk.input[LM]))
     write_sidecar(smk.output.lm_table, smk.rule, lm_records)

@@ -9,7 +9,7 @@ experiment is deterministic); times vary, so their medians carry the spread besi
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import pandas as pd
 
@@ -22,11 +22,16 @@ PASS_NAMES = live.PASS_NAMES
 TOKEN_COLUMNS = ("gpu_tokens", "cpu_tokens", "computed_tokens")
 
 
-def launch_dirs(root: str | Path) -> list[Path]:
-    """The launch folders under root (those with a run.yaml), in the order they started."""
+def launch_dirs(root: str | Path, pinned: Iterable[str] | None = None) -> list[Path]:
+    """The launch folders under root (those with a run.yaml), in the order they started. With
+    `pinned` (the manifest's files), only launches whose run.yaml is pinned: a launch still
+    running, or not yet pinned, is not a record."""
     root = Path(root)
+    keep = None if pinned is None else {Path(p).as_posix() for p in pinned}
     found = []
     for d in sorted(p for p in root.iterdir() if (p / "run.yaml").is_file()) if root.is_dir() else []:
+        if keep is not None and (d / "run.yaml").as_posix() not in keep:
+            continue
         meta = load_yaml((d / "run.yaml").read_text(encoding="utf-8"))
         if "started_utc" not in meta:
             raise RawRecordError(d / "run.yaml", "a launch without started_utc: its place in the series is unknown")
@@ -36,10 +41,10 @@ def launch_dirs(root: str | Path) -> list[Path]:
     return [d for _, d in sorted(found)]
 
 
-def launch_table(root: str | Path) -> pd.DataFrame:
+def launch_table(root: str | Path, pinned: Iterable[str] | None = None) -> pd.DataFrame:
     """Every request of every launch: measured and predicted tokens by source, the launch beside it."""
     frames = []
-    for k, d in enumerate(launch_dirs(root), 1):
+    for k, d in enumerate(launch_dirs(root, pinned), 1):
         meta = load_yaml((d / "run.yaml").read_text(encoding="utf-8"))
         load = meta.get("load") or {}
         t = live.predict(d, live.request_sources(d))
@@ -78,6 +83,7 @@ def register_numbers(writer: Any, table: pd.DataFrame) -> None:
         writer.add(p + "kv_cache_tokens", int(shape["kv_blocks"]) * int(shape["block_tokens"]), "tokens")
         if pd.notna(shape["cpu_chunks"]):
             writer.add(p + "cpu_chunks", int(shape["cpu_chunks"]), "count")
+            writer.add(p + "chunk_tokens", int(shape["chunk_blocks"]) * int(shape["block_tokens"]), "tokens")
             writer.add(p + "cpu_tokens_capacity", int(shape["cpu_chunks"]) * int(shape["chunk_blocks"]) * int(shape["block_tokens"]), "tokens")
         writer.add(p + "requests", len(g), "requests")
         writer.add(p + "agree", int(g.agrees.sum()), "requests")
