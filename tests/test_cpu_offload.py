@@ -105,8 +105,9 @@ def test_cpu_platform_selects_kvtiers_spec_and_puts_it_on_the_path():
     assert extra["block_size"] == 1600 and extra["cpu_bytes_to_use"] == GiB // 4 and extra["kvtier_host_pool"] == "private"
     env = spec.environment()
     assert env["PYTHONPATH"].split(os.pathsep)[0] == str(srv.PLUGIN_DIR)
-    # the folder holds the spec's package and nothing importable besides it
-    assert sorted(p.name for p in srv.PLUGIN_DIR.iterdir() if p.name != "__pycache__") == ["README.md", "kvtier_cpu_offload"]
+    # the folder holds kvtier's two uniquely named packages and nothing importable besides them
+    assert sorted(p.name for p in srv.PLUGIN_DIR.iterdir() if p.name != "__pycache__") == \
+        ["README.md", "kvtier_cpu_offload", "kvtier_lmcache_cpu"]
     # on CUDA the same harness code launches the stock native offload
     cuda = srv.ServerSpec(model="/m", tier="native", offload_gib=100).command()
     assert "spec_name" not in cuda[cuda.index("--kv-transfer-config") + 1]

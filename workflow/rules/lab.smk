@@ -11,20 +11,24 @@ LAB_SNAPSHOTS = ["0_start", "1_first", "2_second", "3_reverse"]
 
 NUMBERS.append("results/numbers/lab.json")
 LAB_LIVE = LAB.get("records_cpu")
+LAB_LM = LAB.get("records_lmcache_cpu")
 # the lab's page (rendered by paper.smk's publish rule) embeds these
 LAB_FIGURES["lab_ttft"] = "figures/lab_ttft.svg"
 if LAB_LIVE:
     NUMBERS.append("results/numbers/lablive.json")
     FIGURES["lab_live"] = "figures/lab_live.svg"
     LAB_FIGURES["lab_live"] = "figures/lab_live.svg"
+if LAB_LM:
+    NUMBERS.append("results/numbers/lablm.json")
 EXTRA_TARGETS.extend(["paper/lab.md", "paper/lab.html", "results/tables/lab_ttft.csv"])
 
 
 # One process for the lab's two record sets: the lab's own (published or replica: Table 1, the
 # figure, the simulator at the lab's sizes) and, where config names them (lab.records_cpu), the
 # lab measured on vLLM's CPU build (lablive.*: each request's tokens by source from the counters,
-# beside the simulator's prediction); for each, its numbers, tidy tables, table and figure. Each
-# set's numbers name only its own records.
+# beside the simulator's prediction), and lab.records_lmcache_cpu, the same with LMCache itself, one
+# launch a folder (lablm.*); for each, its numbers, tidy tables, table and figure. Each set's
+# numbers name only its own records.
 rule lab_numbers:
     message:
         "Lab: per-request TTFT, metrics per pass, LMCache log and the simulator at the lab's sizes -> lab.* numbers, "
@@ -34,6 +38,7 @@ rule lab_numbers:
     priority: -5
     input:
         **({"live_records": lambda wc: lab_wf.pinned_under(MANIFEST, LAB_LIVE)} if LAB_LIVE else {}),
+        **({"lm_records": lambda wc: lab_wf.pinned_under(MANIFEST, LAB_LM)} if LAB_LM else {}),
         code=PACKAGE_CODE,
         run=f"{LAB_RUN}/run.yaml",
         requests=f"{LAB_RUN}/requests.csv",
@@ -53,6 +58,7 @@ rule lab_numbers:
             if LAB_LIVE
             else {}
         ),
+        **({"lm_numbers": "results/numbers/lablm.json", "lm_table": "results/tables/lab_lmcache.csv"} if LAB_LM else {}),
         numbers="results/numbers/lab.json",
         requests="results/tidy/lab_requests.csv",
         passes="results/tidy/lab_passes.csv",
@@ -61,6 +67,7 @@ rule lab_numbers:
         svg=report("figures/lab_ttft.svg", caption="../report/lab_ttft.rst", category="The lab"),
     params:
         live_run=LAB_LIVE,
+        lm_run=LAB_LM,
     log:
         "logs/lab_numbers.log",
     benchmark:
@@ -139,4 +146,39 @@ rule lab_cyclic_cpu:
         f"results/experiments/lab_cyclic_cpu_{RUN_ID}.done",
     params:
         out=f"{LAB['live_cpu']['out']}/{RUN_ID}",
+    localrule: True
+
+
+rule lab_cyclic_lmcache_cpu_run:
+    message:
+        "Lab cyclic-access experiment on vLLM's CPU build with LMCache itself (vLLM alone, LMCache with room "
+        "for all documents, LMCache too small), launches interleaved, each in a new folder under {params.out}"
+    wildcard_constraints:
+        run="[^_/]+",
+    input:
+        lambda wc: lab_wf.live_opt_in(LAB, "live_lmcache_cpu"),
+        model="data/tiny-model",
+    output:
+        done=touch("results/experiments/lab_cyclic_lmcache_cpu_{run}.done"),
+    params:
+        out=lambda wc: f"{LAB['live_lmcache_cpu']['out']}/{wc.run}",
+        args=LAB["live_lmcache_cpu"]["args"],
+    log:
+        "logs/lab_cyclic_lmcache_cpu_{run}.log",
+    benchmark:
+        "results/benchmarks/lab_cyclic_lmcache_cpu_{run}.tsv"
+    conda:
+        "../../envs/vllm-cpu.yaml"
+    shell:
+        "PYTHONPATH=src python -m kvtier.lab.cyclic --out {params.out} --platform cpu --model {input.model} {params.args} "
+        "--pin > {log} 2>&1"
+
+
+rule lab_cyclic_lmcache_cpu:
+    message:
+        "LMCache lab runs on vLLM's CPU build written under {params.out}; point lab.records_lmcache_cpu at a set to analyse it"
+    input:
+        f"results/experiments/lab_cyclic_lmcache_cpu_{RUN_ID}.done",
+    params:
+        out=f"{LAB['live_lmcache_cpu']['out']}/{RUN_ID}",
     localrule: True

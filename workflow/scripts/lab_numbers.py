@@ -1,11 +1,12 @@
 """Rule lab_numbers: the lab's records -> results/numbers/lab.json, its tidy tables, the lab's
 table (results/tables/lab_ttft.csv) and figure (figures/lab_ttft.svg); and, where config names
-them, the lab measured on vLLM's CPU build -> lablive.* numbers, per-request table, figure."""
+them, the lab measured on vLLM's CPU build -> lablive.* numbers, per-request table, figure, and
+LMCache itself there, launch by launch -> lablm.* numbers and a per-request table."""
 from pathlib import Path
 
 import pandas as pd
 
-from kvtier.lab import live
+from kvtier.lab import launches, live
 from kvtier.lab.analysis import LabInputs, analyse
 from kvtier.lab.figure import ttft_figure
 from kvtier.lab.table import lab_table
@@ -17,14 +18,15 @@ from kvtier.snake import begin, numbers_writer, raw_inputs
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 log = begin(smk)
 LIVE = "live_records"  # the CPU build's records: read only by the second part
-writer = numbers_writer(smk, "lab", exclude=[LIVE] if smk.params.live_run else [])
+LM = "lm_records"  # LMCache on the CPU build, one launch a folder: read only by the third part
+writer = numbers_writer(smk, "lab", exclude=[k for k, on in ((LIVE, smk.params.live_run), (LM, smk.params.lm_run)) if on])
 inputs = LabInputs(
     run=smk.input.run, requests=smk.input.requests, model=smk.input.model,
     logs={"vllm": smk.input.vllm_log, "lmcache": smk.input.lmcache_log},
     metrics={"vllm": str(Path(smk.input.vllm_metrics[0]).parent), "lmcache": str(Path(smk.input.lmcache_metrics[0]).parent)},
 )
 tables = analyse(inputs, writer)
-live_raw = set(map(str, smk.input.get(LIVE, [])))
+live_raw = set(map(str, smk.input.get(LIVE, []))) | set(map(str, smk.input.get(LM, [])))
 raw = [p for p in raw_inputs(map(str, smk.input)) if p not in live_raw]
 for frame, out in ((tables.requests, smk.output.requests), (tables.passes, smk.output.passes), (tables.cpu_sweep, smk.output.cpu_sweep)):
     frame.to_csv(out, index=False)
@@ -56,3 +58,15 @@ if smk.params.live_run:
     live_writer.write(smk.output.live_numbers)
     live.figure(table, smk.output.live_svg)
     log.info("CPU build: %d of %d requests predicted exactly", int(table.agrees.sum()), len(table))
+
+# LMCache itself on vLLM's CPU build: a series of launches, its own records only
+if smk.params.lm_run:
+    table = launches.launch_table(smk.params.lm_run, pinned=map(str, smk.input[LM]))
+    table.to_csv(smk.output.lm_table, index=False)
+    lm_records = raw_inputs(map(str, smk.input[LM]))
+    write_sidecar(smk.output.lm_table, smk.rule, lm_records)
+    lm_writer = NumbersWriter(topic="lablm", rule=smk.rule, inputs=lm_records)
+    launches.register_numbers(lm_writer, table)
+    lm_writer.write(smk.output.lm_numbers)
+    log.info("LMCache on the CPU build: %d launches, %d of %d requests predicted exactly",
+             table.launch.nunique(), int(table.agrees.sum()), len(table))

@@ -9,14 +9,20 @@ reads (and kvtier.replica.lab imitates):
     python -m kvtier.lab.cyclic --out raw/lab/cyclic-live --setups vllm,lmcache \
         --model Qwen/Qwen2.5-1.5B-Instruct --gpu-cache-tokens 21520 --pin
 
-On vLLM's CPU build, where LMCache cannot run, vLLM's native CPU tier stands in for it (setups
-`native`, with a pool that holds all ten documents, and `native-small`, one that cannot), and
-/metrics is scraped after every request too (`<setup>/metrics/requests/`), so each request's
-prompt tokens by source (GPU cache, CPU tier, computed) come from the server's own counters:
+On vLLM's CPU build the second tier is vLLM's native CPU tier (setups `native`, with a pool that
+holds all ten documents, and `native-small`, one that cannot) or LMCache itself through kvtier's
+CPU connector (`lmcache`, `lmcache-small`), and /metrics is scraped after every request too
+(`<setup>/metrics/requests/`), so each request's prompt tokens by source (GPU cache, CPU tier,
+computed) come from the server's own counters:
 
     python -m kvtier.lab.cyclic --out raw/lab/cyclic-cpu --setups vllm,native,native-small --platform cpu \
         --model data/tiny-model --served-name tiny --gpu-cache-tokens 17408 --kv-bytes-per-token 2048 \
         --doc-words 1000 --native-gib 0.125 --native-small-gib 0.03125 --vllm-bin .venv-vllm/bin/vllm --pin
+
+With `--launches N` the setups are launched N times each in interleaved order (vllm, lmcache,
+lmcache-small, vllm, ...), every launch a run of one setup in a new folder of its own under
+`--out` (named by its UTC start and setup), with the host's load recorded at its start, its end
+and every few seconds between; `--lock PATH` holds an flock on PATH for each launch, one at a time.
 
 The server launcher and the streaming client are the shared ones in kvtier.serving.
 """
@@ -24,14 +30,20 @@ The server launcher and the streaming client are the shared ones in kvtier.servi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
+import fcntl
+import hashlib
+import os
 import random
 import shutil
 import sys
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import yaml
 from tqdm import tqdm
@@ -46,7 +58,8 @@ from . import PASSES
 
 REQUEST_COLUMNS = ["setup", "pass", "phase", "order", "doc", "prompt_tokens", "cached_tokens", "start_s", "ttft_ms",
                    "e2e_ms", "output_tokens", "metrics_after"]
-TIER_OF_SETUP = {"vllm": "none", "lmcache": "lmcache", "native": "native", "native-small": "native"}
+TIER_OF_SETUP = {"vllm": "none", "lmcache": "lmcache", "lmcache-small": "lmcache", "native": "native", "native-small": "native"}
+LOAD_INTERVAL_S = 5.0
 
 
 @dataclass
@@ -110,16 +123,30 @@ def run_passes(client: ServingClient, setup: str, plan: CyclicPlan, docs: list[s
     return rows
 
 
+def documents_digest(plan: CyclicPlan) -> str:
+    """sha256 of the documents and the check prompt as sent: the same input on every launch."""
+    h = hashlib.sha256()
+    for text in documents(plan) + [check_text(plan)]:
+        h.update(text.encode("utf-8") + b"\0")
+    return h.hexdigest()
+
+
+def _recorded_env(spec: ServerSpec) -> dict[str, str]:
+    """The server's settings that live in its environment (LMCache's config, the hash seed)."""
+    keep = {"PYTHONHASHSEED"} if spec.tier == "lmcache" else set()
+    return {k: v for k, v in spec.environment().items() if k.startswith("LMCACHE_") or k in keep}
+
+
 def write_run(out: Path, plan: CyclicPlan, specs: dict[str, ServerSpec], rows: list[dict], extra: dict | None = None) -> None:
     run = {
         "record": "lab cyclic-access measurement", "class": "measured", "generator": "kvtier.lab.cyclic",
         "model": next(iter(specs.values())).model,
         "documents": {"count": plan.docs, "tokens": _doc_tokens(rows), "words": plan.doc_words, "seed": plan.seed,
-                      "text": "synthetic, random words"},
+                      "text": "synthetic, random words", "sha256": documents_digest(plan)},
         "passes": list(PASSES), "concurrency": 1, "max_tokens": plan.max_tokens,
         "setups": {s: {"args": redact_argv(spec.command()[3:]), "tier": spec.tier, "platform": spec.platform,
                        "offload_gib": spec.offload_gib, "offload_block_tokens": spec.offload_block_tokens if spec.tier == "native" else None,
-                       "env": {k: v for k, v in spec.environment().items() if k.startswith("LMCACHE_")}}
+                       "env": _recorded_env(spec)}
                    for s, spec in specs.items()},
         **(extra or {}),
     }
@@ -135,23 +162,101 @@ def _doc_tokens(rows: list[dict]) -> int | list[int]:
     return lengths[0] if len(lengths) == 1 else lengths
 
 
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+class LoadRecorder:
+    """The host's 1/5/15-minute load at the start and end, and the 1-minute load every few seconds:
+    timings on a shared machine depend on it, so it travels with the run."""
+
+    def __init__(self, interval_s: float = LOAD_INTERVAL_S):
+        self.interval_s = interval_s
+        self.series: list[list[float]] = []
+        self.start: list[float] = []
+        self._stop = threading.Event()
+        self._t0 = 0.0
+        self._thread: threading.Thread | None = None
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.series.append([round(time.monotonic() - self._t0, 1), round(os.getloadavg()[0], 2)])
+
+    def __enter__(self) -> "LoadRecorder":
+        self._t0 = time.monotonic()
+        self.start = [round(x, 2) for x in os.getloadavg()]
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def record(self) -> dict:
+        return {"start": self.start, "end": [round(x, 2) for x in os.getloadavg()], "interval_s": self.interval_s,
+                "series": self.series, "series_columns": ["seconds since start", "load 1 min"]}
+
+
 def run(out: str | Path, plan: CyclicPlan, spec_for: Callable[[str], ServerSpec], progress: bool = True,
-        health_timeout_s: float = 900.0) -> list[Path]:
-    """Launch each setup's server in turn, run the passes, stop it; returns the files written."""
+        health_timeout_s: float = 900.0, extra: dict | None = None) -> list[Path]:
+    """Launch each setup's server in turn, run the passes, stop it; returns the files written.
+    `out` must be new (or empty): nothing of an earlier run is overwritten or appended to."""
+    specs = {s: spec_for(s) for s in plan.setups}
     out = claim(out)  # a new folder: a run never writes into another run's records
+    for spec in specs.values():
+        preflight(spec)
     docs = documents(plan)
     rows: list[dict] = []
-    specs = {s: spec_for(s) for s in plan.setups}
-    for setup, spec in specs.items():
-        log = out / setup / "server.log"
-        preflight(spec)
-        with VllmServer(spec, log) as server:
-            server.wait_healthy(health_timeout_s)
-            with ServingClient(server.url, spec.served_name) as client:
-                rows += run_passes(client, setup, plan, docs, out / setup / "metrics", progress)
-        redact.scrub_file(log, redact.secret_values(spec.command(), spec.env))  # vLLM echoes its arguments
-    write_run(out, plan, specs, rows)
+    from ..eviction.host import host_info, versions
+
+    host = host_info()  # before the servers: its load_average_start is the load at the start
+    started = utc_now()
+    with LoadRecorder() as load:
+        for setup, spec in specs.items():
+            preflight(spec)
+            log = out / setup / "server.log"
+            with VllmServer(spec, log) as server:
+                server.wait_healthy(health_timeout_s)
+                with ServingClient(server.url, spec.served_name) as client:
+                    rows += run_passes(client, setup, plan, docs, out / setup / "metrics", progress)
+            redact.scrub_file(log, redact.secret_values(spec.command(), spec.env))  # vLLM echoes its arguments
+    write_run(out, plan, specs, rows, {"started_utc": started, "ended_utc": utc_now(), "load": load.record(),
+                                       "host": host, "versions": versions(next(iter(specs.values())).vllm_bin),
+                                       **(extra or {})})
     return sorted(p for p in out.rglob("*") if p.is_file())
+
+
+@contextlib.contextmanager
+def held(lock: str | Path | None) -> Iterator[None]:
+    """An exclusive flock on `lock` (the same lock as `flock PATH cmd`), or nothing."""
+    if lock is None:
+        yield
+        return
+    with open(lock, "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def run_launches(root: str | Path, plan: CyclicPlan, spec_for: Callable[[str], ServerSpec], launches: int,
+                 lock: str | Path | None = None, progress: bool = True, health_timeout_s: float = 900.0) -> list[Path]:
+    """Each setup `launches` times, interleaved; every launch one setup in a new folder under root."""
+    if launches < 1:
+        raise ValueError(f"launches must be >= 1, not {launches}")
+    root = Path(root)
+    files: list[Path] = []
+    order = [(i, setup) for i in range(1, launches + 1) for setup in plan.setups]
+    for k, (i, setup) in enumerate(order, 1):
+        with held(lock):
+            folder = root / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{setup}"
+            extra = {"launch": {"series": root.name, "setup_launch": i, "of": launches, "position": k, "positions": len(order),
+                                "order": [s for _, s in order]}}
+            files += run(folder, replace(plan, setups=[setup]), spec_for, progress, health_timeout_s, extra)
+    return files
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,7 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--served-name", default="lab")
     ap.add_argument("--gpu-cache-tokens", type=int, default=21520, help="KV cache size to give the server (tokens)")
     ap.add_argument("--kv-bytes-per-token", type=int, default=28672, help="to size --kv-cache-memory-bytes")
-    ap.add_argument("--lmcache-gib", type=float, default=1.5)
+    ap.add_argument("--lmcache-gib", type=float, default=1.5, help="pool of setup lmcache (GiB, as LMCache reads it)")
+    ap.add_argument("--lmcache-small-gib", type=float, default=0.25, help="pool of setup lmcache-small, too small for all documents")
     ap.add_argument("--native-gib", type=float, default=1.5, help="pool of setup native (vLLM's native CPU tier)")
     ap.add_argument("--native-small-gib", type=float, default=0.25, help="pool of setup native-small, too small for all documents")
     ap.add_argument("--offload-block-tokens", type=int, default=256, help="offloaded block of the native tier (LMCache's chunk)")
@@ -173,6 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--doc-words", type=int, default=2500)
     ap.add_argument("--port", type=int, default=8031)
     ap.add_argument("--vllm-bin", default=shutil.which("vllm") or "vllm")
+    ap.add_argument("--launches", type=int, help="launch each setup this many times, interleaved, each in a new folder under --out")
+    ap.add_argument("--lock", help="hold an flock on this file for each launch (with --launches)")
     ap.add_argument("--pin", action="store_true", help="pin the written files in raw/MANIFEST.tsv as measured")
     args = ap.parse_args(argv)
     setups = args.setups.split(",")
@@ -181,7 +289,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown setup(s) {unknown}: choose from {sorted(TIER_OF_SETUP)}")
     plan = CyclicPlan(docs=args.docs, doc_words=args.doc_words, setups=setups,
                       per_request_metrics=args.platform == "cpu" or any(s.startswith("native") for s in setups))
-    pools = {"lmcache": args.lmcache_gib, "native": args.native_gib, "native-small": args.native_small_gib}
+    pools = {"lmcache": args.lmcache_gib, "lmcache-small": args.lmcache_small_gib, "native": args.native_gib,
+             "native-small": args.native_small_gib}
 
     def spec_for(setup: str) -> ServerSpec:
         extra = ["--kv-cache-memory-bytes", str(args.gpu_cache_tokens * args.kv_bytes_per_token)]
@@ -195,7 +304,11 @@ def main(argv: list[str] | None = None) -> int:
                           ram_headroom_gib=1.0 if args.platform == "cpu" else 8.0, extra_args=extra)
 
     try:
-        files = run(args.out, plan, spec_for)
+        if args.launches:
+            files = run_launches(args.out, plan, spec_for, args.launches, args.lock)
+        else:
+            with held(args.lock):
+                files = run(args.out, plan, spec_for)
     except ManifestError as e:  # the folder exists: refused before any server started
         print(f"error: {e}", file=sys.stderr)
         return 2

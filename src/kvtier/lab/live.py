@@ -12,6 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import re
+
 import pandas as pd
 
 from ..errors import RawRecordError
@@ -104,20 +106,49 @@ def shape_from(metrics: Path, worker: dict[str, int] | None) -> dict[str, int | 
             "cpu_chunks": (worker or {}).get("host_chunks")}
 
 
+LMCACHE_BYTES_PER_TOKEN = re.compile(r"kvtier_lmcache_cpu: registered .*?bytes_per_token=(\d+)")
+
+
+def lmcache_shape(setup_dir: Path, setup: dict[str, Any]) -> dict[str, int | None]:
+    """server_shape of an LMCache server: its pool in chunks from the configuration it was given
+    (max_local_cpu_size GiB, as LMCache reads it, over chunk_size tokens) and the bytes a token
+    takes, which kvtier's connector logs when it first sees the KV cache."""
+    shape = shape_from(setup_dir / "metrics" / "0_start.prom", None)
+    env = setup.get("env") or {}
+    log = setup_dir / "server.log"
+    try:
+        pool_gib, chunk = float(env["LMCACHE_MAX_LOCAL_CPU_SIZE"]), int(env["LMCACHE_CHUNK_SIZE"])
+    except (KeyError, ValueError):
+        raise RawRecordError(setup_dir.parent / "run.yaml", "an LMCache setup without LMCACHE_MAX_LOCAL_CPU_SIZE / "
+                                                             "LMCACHE_CHUNK_SIZE in its env") from None
+    m = LMCACHE_BYTES_PER_TOKEN.search(log.read_text(encoding="utf-8", errors="replace"))
+    if not m:
+        raise RawRecordError(log, "no kvtier_lmcache_cpu 'registered ... bytes_per_token=' line: LMCache never moved KV")
+    block = int(shape["block_tokens"])  # type: ignore[arg-type]
+    if chunk % block:
+        raise RawRecordError(setup_dir.parent / "run.yaml", f"LMCache chunk of {chunk} tokens is not whole {block}-token blocks")
+    return {**shape, "chunk_blocks": chunk // block, "cpu_chunks": int(pool_gib * 2**30) // (chunk * int(m.group(1)))}
+
+
 def predict(run_dir: str | Path, measured: pd.DataFrame, null_blocks: int = 1) -> pd.DataFrame:
     """The simulator's outcome of every request, given only each server's configuration and the
     request stream as sent (prompt lengths, documents, order, answer length); measured columns beside it.
+    A native CPU tier is replayed with vLLM's policy (flavor 'vllm'), LMCache with LMCache 0.5.6's
+    (flavor 'lmcache': looked up only on a KV-cache miss, from the first chunk; written through).
 
     `null_blocks`: vLLM's block pool keeps block 0 as its null block, so the usable KV cache is
     num_gpu_blocks - 1 (BlockPool in vllm/v1/core/block_pool.py)."""
     run_dir = Path(run_dir)
-    max_tokens = int(load_yaml((run_dir / "run.yaml").read_text(encoding="utf-8"))["max_tokens"])
+    meta = load_yaml((run_dir / "run.yaml").read_text(encoding="utf-8"))
+    max_tokens = int(meta["max_tokens"])
     frames = []
     for setup, rows in measured.groupby("setup", sort=False):
-        shape = server_shape(run_dir / setup)
+        conf = (meta.get("setups") or {}).get(setup) or {}
+        lmcache = conf.get("tier") == "lmcache"
+        shape = lmcache_shape(run_dir / setup, conf) if lmcache else server_shape(run_dir / setup)
         B = int(shape["block_tokens"])  # type: ignore[arg-type]
         cache = TieredCache(int(shape["kv_blocks"]) - null_blocks, B, cpu_chunks=shape["cpu_chunks"],  # type: ignore[arg-type]
-                            chunk_blocks=shape["chunk_blocks"] or 1, flavor="vllm")
+                            chunk_blocks=shape["chunk_blocks"] or 1, flavor="lmcache" if lmcache else "vllm")
         outs = cache.replay(requests_from_rows(rows, B, generated=max_tokens - 1))
         pred = pd.DataFrame([{"pred_gpu_tokens": o.gpu_tokens, "pred_cpu_tokens": o.cpu_tokens,
                               "pred_computed_tokens": o.computed_tokens} for o in outs], index=rows.index)

@@ -8,7 +8,7 @@ from ..snake import activated
 def live_opt_in(lab_config: dict, key: str = "live") -> list[str]:
     """Input of an opt-in live rule: nothing, or a clear refusal when it was not switched on."""
     if not activated(lab_config[key]["activate"]):
-        rule = "lab_cyclic" if key == "live" else "lab_cyclic_cpu"
+        rule = {"live": "lab_cyclic", "live_cpu": "lab_cyclic_cpu", "live_lmcache_cpu": "lab_cyclic_lmcache_cpu"}[key]
         raise ValueError(
             f"{rule} launches vLLM servers and writes raw/; enable it with "
             f"--config 'lab={{\"{key}\": {{\"activate\": true}}}}' (see config/config.yaml, lab.{key})"

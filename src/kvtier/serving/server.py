@@ -8,6 +8,9 @@ On vLLM's CPU build the native tier runs with kvtier's own offloading spec (pack
 `kvtier_cpu_offload`, put on the server's PYTHONPATH): vLLM's stock worker needs CUDA, the rest
 of its native offloading runs unchanged. Nothing is pinned there and the pool is a private
 tensor unless `host_pool="shm"`, so the memlock and /dev/shm checks apply only where they bite.
+LMCache on the CPU build runs through kvtier's CPU connector for it (package
+`kvtier_lmcache_cpu`, same folder): unpatched, LMCache 0.5.6 finds no CPU connector, logs it and
+serves as vLLM alone, so such a line in the log (or a missing ready line) is a failed start.
 """
 
 from __future__ import annotations
@@ -40,6 +43,15 @@ DEFAULT_BLOCK_TOKENS = {"cpu": 128}
 CPU_BLOCK_MULTIPLE = 32
 PLUGIN_DIR = Path(__file__).resolve().parent / "vllm_plugin"
 CPU_SPEC = {"spec_name": "KvtierCPUOffloadingSpec", "spec_module_path": "kvtier_cpu_offload.spec"}
+# LMCache on the CPU build: vLLM's LMCache connector, from kvtier's module that gives LMCache its
+# CPU connector (names as in vllm_plugin/kvtier_lmcache_cpu/__init__.py, which the tests compare)
+LMCACHE_CPU_CONNECTOR = {"kv_connector": "KvtierLMCacheCPUConnectorV1",
+                         "kv_connector_module_path": "kvtier_lmcache_cpu.connector"}
+LMCACHE_CHUNK_TOKENS = 256
+# Log lines of an LMCache that started degraded: it then stores and loads nothing, silently.
+LMCACHE_DEGRADED = ("No supported cpu connector found", "Skipping post_init",
+                    "Failed to initialize LMCacheManager")
+LMCACHE_CPU_READY = "kvtier_lmcache_cpu: connector ready"
 
 
 class PreflightError(RuntimeError):
@@ -48,6 +60,10 @@ class PreflightError(RuntimeError):
 
 class ServerDied(RuntimeError):
     """The launched server exited; the message points at its log."""
+
+
+class DegradedStart(ServerDied):
+    """The server answers, but its second tier did not start: measuring it would measure vLLM alone."""
 
 
 @dataclass
@@ -71,6 +87,10 @@ class ServerSpec:
     @property
     def uses_cpu_spec(self) -> bool:
         return self.tier == "native" and self.platform == "cpu"
+
+    @property
+    def uses_lmcache_cpu(self) -> bool:
+        return self.tier == "lmcache" and self.platform == "cpu"
 
     @property
     def pins_host_memory(self) -> bool:
@@ -116,20 +136,44 @@ class ServerSpec:
             cfg = {"kv_connector": "OffloadingConnector", "kv_role": "kv_both", "kv_connector_extra_config": extra}
             argv += ["--kv-transfer-config", json.dumps(cfg, separators=(",", ":"))]
         elif self.tier == "lmcache":
-            argv += ["--kv-transfer-config", json.dumps({"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"})]
+            cfg = dict(LMCACHE_CPU_CONNECTOR) if self.uses_lmcache_cpu else {"kv_connector": "LMCacheConnectorV1"}
+            argv += ["--kv-transfer-config", json.dumps({**cfg, "kv_role": "kv_both"})]
         return argv + list(self.extra_args)
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
         if self.tier == "lmcache":
-            env.update(LMCACHE_LOCAL_CPU="True", LMCACHE_CHUNK_SIZE="256",
-                       LMCACHE_MAX_LOCAL_CPU_SIZE=f"{self.offload_gib * GiB / 1e9:.1f}")
-        if self.uses_cpu_spec:  # the API server, engine core and worker all import the spec
+            # LMCache reads max_local_cpu_size in GiB (it multiplies by 1024**3): the pool as given, unrounded
+            env.update(LMCACHE_LOCAL_CPU="True", LMCACHE_CHUNK_SIZE=str(LMCACHE_CHUNK_TOKENS),
+                       LMCACHE_MAX_LOCAL_CPU_SIZE=lmcache_gib(self.offload_gib))
+            # one hash seed for the scheduler and worker processes; no usage reports from a measurement
+            env.setdefault("PYTHONHASHSEED", "0")
+            env.setdefault("LMCACHE_TRACK_USAGE", "false")
+        if self.uses_cpu_spec or self.uses_lmcache_cpu:  # the API server, engine core and worker all import it
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PLUGIN_DIR), env.get("PYTHONPATH", "")) if p)
         if self.platform == "cpu":
             env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")  # a laptop has no core to spare
         env.update(self.env)
         return env
+
+
+def lmcache_gib(gib: float) -> str:
+    """LMCache's max_local_cpu_size: the shortest text that reads back as the same float."""
+    if gib <= 0:
+        raise ValueError(f"LMCache needs a pool above 0 GiB, not {gib!r}")
+    return repr(float(gib))
+
+
+def lmcache_start_fault(log_text: str, cpu: bool) -> str | None:
+    """Why an LMCache server must not be measured, from its log; None if it started as LMCache.
+    On the CPU build kvtier's connector must also have said it is ready."""
+    for marker in LMCACHE_DEGRADED:
+        for line in log_text.splitlines():
+            if marker in line:
+                return f"LMCache started degraded (it would serve as vLLM alone): {line.strip()[:300]}"
+    if cpu and LMCACHE_CPU_READY not in log_text:
+        return f"LMCache's CPU connector never logged {LMCACHE_CPU_READY!r}: it was not installed"
+    return None
 
 
 def offload_block_sizes(spec: ServerSpec) -> str:
@@ -262,11 +306,21 @@ class VllmServer:
             self.check_alive()
             try:
                 if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
+                    self.check_tier()
                     return time.monotonic() - t0
             except httpx.HTTPError:
                 pass
             time.sleep(1.0)
         raise ServerDied(f"vllm serve not healthy after {timeout_s:.0f} s; see {self.log_path}")
+
+    def check_tier(self) -> None:
+        """A healthy LMCache server whose log says LMCache degraded is a failed start."""
+        if self.spec.tier != "lmcache":
+            return
+        text = self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""
+        fault = lmcache_start_fault(text, self.spec.uses_lmcache_cpu)
+        if fault:
+            raise DegradedStart(f"{fault}; see {self.log_path}")
 
     def stop(self, grace_s: float = 30.0) -> None:
         """SIGTERM the whole process group (API server, engine, workers), then SIGKILL stragglers."""
