@@ -33,7 +33,7 @@ class ResidentCache(TieredCache):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         if self.policy != "write_through" or not self.unhashed_first:
             raise ValueError("ResidentCache models write-through tiers under vLLM >= 0.24's free order only")
-        self._running: dict[Hashable, tuple[list[int], int]] = {}
+        self._running: dict[Hashable, tuple[list[int], int, list[int]]] = {}
 
     def need(self, req: Request) -> int:
         """Slots the request holds while it runs: its prompt's full blocks, its generated full
@@ -48,18 +48,20 @@ class ResidentCache(TieredCache):
         while too little was free)."""
         if key in self._running:
             raise ValueError(f"request {key!r} is already running")
-        g, loaded, chunks = self._lookup(req)
+        g, loaded, chunks, finish = self._lookup(req)
         blocks = req.blocks
         # vLLM frees a request's blocks tail first: generated blocks, then the prompt's computed
         # blocks last to first, then its hit blocks last to first (TieredCache.access's order).
         fresh = self._fresh_ids(req.unique) + list(reversed(blocks[g:]))
         held, _, short = self.gpu.acquire(blocks[g - 1::-1] if g else (), fresh, req.scratch)
-        self._running[key] = (held[g:] + held[:g], req.scratch)
+        self._running[key] = (held[g:] + held[:g], req.scratch, finish)
         return self._outcome(req, g, loaded, chunks), short
 
     def end(self, key: Hashable) -> None:
-        held, scratch = self._running.pop(key)
+        """`key` ends: its blocks freed, and its pool chunks re-ranked (on_request_finished)."""
+        held, scratch, finish = self._running.pop(key)
         self.gpu.give_back(held, scratch)
+        self._finish(finish)
 
 
 @dataclass(frozen=True)
