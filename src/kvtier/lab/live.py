@@ -18,6 +18,7 @@ from ..errors import RawRecordError
 from ..serving.metrics import Snapshot
 from ..offload_worker import worker_facts
 from ..sim import TieredCache
+from ..step_budget import step_tokens_of
 from .experiments import requests_from_rows
 from .records import read_requests
 from ..yamlio import load_yaml
@@ -92,7 +93,8 @@ def predict(run_dir: str | Path, measured: pd.DataFrame, null_blocks: int = 1) -
         shape = server_shape(run_dir / setup)
         B = int(shape["block_tokens"])  # type: ignore[arg-type]
         cache = TieredCache(int(shape["kv_blocks"]) - null_blocks, B, cpu_chunks=shape["cpu_chunks"],  # type: ignore[arg-type]
-                            chunk_blocks=shape["chunk_blocks"] or 1, flavor="vllm")
+                            chunk_blocks=shape["chunk_blocks"] or 1, flavor="vllm",
+                            step_tokens=step_tokens_of(run_dir / setup / "server.log"))
         outs = cache.replay(requests_from_rows(rows, B, generated=max_tokens - 1))
         pred = pd.DataFrame([{"pred_gpu_tokens": o.gpu_tokens, "pred_cpu_tokens": o.cpu_tokens,
                               "pred_computed_tokens": o.computed_tokens} for o in outs], index=rows.index)
