@@ -66,8 +66,15 @@ def _jobs() -> list[tuple[str, int, int, list[tuple[Request, int]]]]:
         pairs = [(r, max(int(o) - 1, 0)) for r, o in zip(w.requests[:600], w.output_tokens)]
         longest = max(r.n_blocks + r.unique + r.scratch for r, _ in pairs)
         jobs += [("kv-cache-tester", 64, 20_000, pairs[:300]), ("native/kv-cache-tester", 64, longest + 50, pairs, 10_000, 4)]
-        # the measured sweep's shape: 64-token blocks, 1,600-token chunks, a 10-chunk pool, 2,048 tokens a step
-        jobs.append(("native-steps/kv-cache-tester", 64, longest + 50, pairs[:400], 10, 25, 2048))
+    # the measured sweep's smallest pool: its own stream (committed), shape and budget -- 64-token blocks,
+    # 1,600-token chunks, a 10-chunk pool, 2,048 tokens a step
+    from kvtier.production import sweep
+
+    run = sweep.read_run(REPO / "raw/production/cpu-sweep/pool-0.03125")
+    s = run.shape
+    pairs = list(zip(sweep.stream(run), (run.requests.max_tokens - 1).tolist()))[:700]
+    jobs.append(("native-steps/sweep-16MiB", int(s["block_tokens"]), int(s["kv_blocks"]) - 1, pairs, s["cpu_chunks"],
+                 s["chunk_blocks"], s["step_tokens"]))
     return jobs
 
 

@@ -5,7 +5,7 @@ scheduler, with up to max_num_seqs requests) differs in one way the outcome can 
 request's blocks are held, so they cannot be evicted, and what it computes takes free slots from
 the front of the free queue while the others run. `ResidentCache` splits a request into its start
 (the lookups in both tiers, the CPU tier's stores, its blocks taken) and its end (its blocks freed
-in vLLM's order); the lookup and store rules are TieredCache's own.
+in vLLM's order, its pool chunks re-ranked: on_request_finished); the lookup and store rules are TieredCache's own.
 
 `replay_admitted` drives it from a recorded stream: each request's arrival and finish time as
 the client saw them. Requests are admitted first come, first served, as vLLM's waiting queue is;
