@@ -73,7 +73,7 @@ def _jobs() -> list[tuple[str, int, int, list[tuple[Request, int]]]]:
     run = sweep.read_run(REPO / "raw/production/cpu-sweep/pool-0.03125")
     s = run.shape
     pairs = list(zip(sweep.stream(run), (run.requests.max_tokens - 1).tolist()))[:700]
-    jobs.append(("native-steps/sweep-16MiB", int(s["block_tokens"]), int(s["kv_blocks"]) - 1, pairs, s["cpu_chunks"],
+    jobs.append(("native-steps/sweep-32MiB", int(s["block_tokens"]), int(s["kv_blocks"]) - 1, pairs, s["cpu_chunks"],
                  s["chunk_blocks"], s["step_tokens"]))
     return jobs
 
