@@ -112,3 +112,25 @@ def test_refuses_an_id_listed_twice_naming_the_first_such_request() -> None:
     with pytest.raises(ValueError, match="request 2 lists"):
         fast.flatten(ok + [Request((5, 6, 5), 48, max_hit=2), Request((7, 7), 32, max_hit=1)])
     fast.flatten(ok)
+
+
+@pytest.mark.parametrize("policy", ["write_through", "store_on_evict"])
+@pytest.mark.parametrize("gpu, cpu, k, step", [(30, 40, 1, 32), (60, 5, 3, 48), (20, 3, 1, 16), (120, 8, 2, 100), (45, 2, 1, 17),
+                                               (200, 0, 4, 64), (16, 6, 2, 700)])
+def test_streams_stepwise_stores(policy: str, gpu: int, cpu: int, k: int, step: int) -> None:
+    """Stores offered per scheduler step (step_tokens): small pools, prefills of many steps, so offers
+    fail, meet the previous step's stores in flight and evict the request's own chunks."""
+    _same(_stream(gpu * 11 + k + step), gpu, 16, cpu_chunks=cpu, chunk_blocks=k, policy=policy, flavor="vllm",
+          step_tokens=step)
+
+
+def test_measured_sweep_stepwise() -> None:
+    """Every committed sweep run's stream at its own shape and budget, and at smaller pools."""
+    from kvtier.production import sweep
+
+    for d in sorted((REPO / "raw/production/cpu-sweep").iterdir()) + [REPO / "raw/production/cpu"]:
+        run = sweep.read_run(d)
+        s = run.shape
+        for pool in {s["cpu_chunks"] or 0, 3, 7}:
+            _same(sweep.stream(run), int(s["kv_blocks"]) - 1, int(s["block_tokens"]), cpu_chunks=pool,
+                  chunk_blocks=s["chunk_blocks"] or 25, flavor="vllm", step_tokens=s["step_tokens"])

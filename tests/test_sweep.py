@@ -117,7 +117,10 @@ def write_run(d: Path, tgz: Path, *, cached_a2: int = 64, lines: list[str] | Non
 
     (d / "metrics_start.prom").write_text(head + info + counters(0.0, 0.0, 0.0))
     (d / "metrics.prom").write_text(head + info + counters(640.0, float(cached_a2), 640.0 - cached_a2))
-    (d / "server.log").write_text("INFO vllm serve (no offload worker: tier none)\n")
+    (d / "server.log").write_text(  # the engine's config line: vLLM 0.32 on CPU, chunked prefill (a 2,048-token budget)
+        "(EngineCore pid=2) INFO 12-01 12:49:02 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: "
+        "model='m', tensor_parallel_size=1, pipeline_parallel_size=1, device_config=cpu, enable_chunked_prefill=True\n"
+        "INFO vllm serve (no offload worker: tier none)\n")
     # what kvtier-replay keeps of the stream: the answered prompts in the server's 64-token blocks
     sent.write(d, kv_cache_tester(tgz, Scaling(scale=1.0, compress=1.0), sessions=3, session_gap_s=1.0), 64)
     return d
@@ -203,6 +206,13 @@ def test_counters_that_disagree_with_usage_are_refused(tmp_path: Path, trace: Pa
         sweep.read_run(run)
 
 
+def test_a_log_without_the_engines_config_line_is_refused(tmp_path: Path, trace: Path):
+    run = write_run(tmp_path / "run", trace)
+    (run / "server.log").write_text("INFO vllm serve\n")
+    with pytest.raises(RawRecordError, match=r"server\.log: no 'Initializing a V1 LLM engine' line"):
+        sweep.read_run(run)
+
+
 def test_a_pool_in_run_yaml_needs_the_offload_workers_line(tmp_path: Path, trace: Path):
     run = write_run(tmp_path / "run", trace)
     meta = yaml.safe_load((run / "run.yaml").read_text())
@@ -252,8 +262,9 @@ def test_the_compiled_one_at_a_time_replay_is_tieredcaches_on_every_pinned_run()
         reqs = sweep.stream(run)
         got, got_stored = sweep.sequential(run, reqs)
         s = run.shape
+        assert s["step_tokens"] == 2048, d  # the server's budget, from its log (kvtier.step_budget)
         cache = TieredCache(int(s["kv_blocks"]) - 1, int(s["block_tokens"]), cpu_chunks=s["cpu_chunks"],
-                            chunk_blocks=s["chunk_blocks"] or 1, flavor="vllm")
+                            chunk_blocks=s["chunk_blocks"] or 1, flavor="vllm", step_tokens=s["step_tokens"])
         want = cache.replay(reqs)
         assert got == sweep.sequential_reference(run, reqs)[0]
         assert list(zip(got["gpu"], got["pool"], got["computed"])) == [(o.gpu_tokens, o.cpu_tokens, o.computed_tokens)

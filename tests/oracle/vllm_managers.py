@@ -10,8 +10,9 @@ never is), then `free`. A job with "cpu_chunks" and "chunk_blocks" adds vLLM's n
 `vllm.v1.kv_offload.cpu.manager.CPUOffloadingManager` (LRU policy) called in the order the
 OffloadingConnectorScheduler calls it at concurrency 1 -- lookup from the chunk holding the
 first token the GPU lacks, a load only of at least a chunk's worth (prepare_load /
-complete_load), one prepare_store / complete_store of the prompt's full chunks from the load's
-end (from chunk 0 when nothing was loaded), on_request_finished. The call sequence is
+complete_load), prepare_store / complete_store of the prompt's full chunks from the load's
+end (from chunk 0 when nothing was loaded), on_request_finished. The stores: one for the whole
+prompt, or with "step_tokens" per scheduler step of chunked prefill (see `replay`). The call sequence is
 transcribed from the scheduler (vllm/distributed/kv_transfer/kv_connector/v1/offloading/
 scheduler.py); the ordering, eviction and admission are the manager's own code.
 Output: per job, per request [prompt tokens found on the GPU, tokens loaded from the CPU
@@ -45,8 +46,17 @@ def _manager(num_blocks: int, block_tokens: int, max_model_len: int):
 
 
 def replay(block_tokens: int, gpu_blocks: int, requests: list, cpu_chunks: int | None = None,
-           chunk_blocks: int = 1) -> list[list[int]]:
-    """[GPU hit tokens, CPU-loaded tokens] per request."""
+           chunk_blocks: int = 1, step_tokens: int | None = None) -> list[list[int]]:
+    """[GPU hit tokens, CPU-loaded tokens] per request.
+
+    With `step_tokens` the prefill runs in steps of at most that many tokens, as vLLM's scheduler
+    with chunked prefill runs a request alone: one `allocate_slots` per step, and per step the
+    connector's `_build_store_jobs` -- a `prepare_store` of the chunks the step completes, from the
+    first one not yet offered (a failed offer, None, is offered again with the next step's) -- while
+    the store job of the step before is copied during this step and completed at its end
+    (`update_connector_output`: `complete_store`). A load takes a step of its own (the request waits
+    for its KV) and completes at that step's end. The first decode step completes the last prefill
+    step's store; at the end, a last `prepare_store` of what is left, then `on_request_finished`."""
     from vllm.sampling_params import SamplingParams
     from vllm.v1.kv_offload.base import LookupResult, ReqContext, make_offload_key
     from vllm.v1.kv_offload.cpu.manager import CPUOffloadingManager
@@ -65,6 +75,8 @@ def replay(block_tokens: int, gpu_blocks: int, requests: list, cpu_chunks: int |
         req = Request(f"r{i}", prompt, SamplingParams(max_tokens=generated + 1), None, block_hasher=hasher)
         computed, hit_tokens, _ = manager.get_computed_blocks(req)
         external = 0
+        keys: list = []
+        nxt = 0
         if cpu is not None:
             ctx = ReqContext(req_id=req.request_id)
             cpu.on_new_request(ctx)
@@ -79,20 +91,52 @@ def replay(block_tokens: int, gpu_blocks: int, requests: list, cpu_chunks: int |
                 external = (start + c) * tpc - hit_tokens
                 cpu.prepare_load(keys[start:start + c], ctx)
                 cpu.complete_load(keys[start:start + c], ctx)
-            stored = cpu.prepare_store(keys[start + c if external else 0:], ctx)
-            if stored is not None and stored.keys_to_store:
-                cpu.complete_store(stored.keys_to_store, ctx)
-        if manager.allocate_slots(req, tokens - hit_tokens, hit_tokens, computed) is None:
-            raise RuntimeError(f"request {i}: vLLM could not allocate {tokens} tokens in {gpu_blocks} blocks")
-        req.num_computed_tokens = tokens
+                nxt = start + c  # CHUNK_LEVEL: next_stored_chunk_idx = the loaded chunks' end
+        if step_tokens is None:
+            steps = [tokens - hit_tokens]
+        else:
+            done = min(hit_tokens + external, tokens - 1)  # a load reaching the end leaves a token to compute
+            steps = [min(step_tokens, tokens - t) for t in range(done, tokens, step_tokens)]
+            steps[0] += done - hit_tokens  # the first allocation covers the loaded tokens too
+        in_flight: list = []
+        for s, n_new in enumerate(steps):
+            if s == 0:
+                ok = manager.allocate_slots(req, n_new, hit_tokens, computed)
+            else:
+                ok = manager.allocate_slots(req, n_new)
+            if ok is None:
+                raise RuntimeError(f"request {i}: vLLM could not allocate {tokens} tokens in {gpu_blocks} blocks")
+            req.num_computed_tokens += n_new if s else n_new + hit_tokens
+            if cpu is not None:
+                after = min(min(req.num_computed_tokens, tokens) // tpc, len(keys))
+                job = []
+                if step_tokens is None:  # the older model: one offer of every chunk at the start
+                    after = len(keys)
+                if after > nxt:
+                    stored = cpu.prepare_store(keys[nxt:after], ctx)
+                    if stored is not None:
+                        nxt, job = after, list(stored.keys_to_store)
+                if in_flight:  # the previous step's store, copied during this step
+                    cpu.complete_store(in_flight, ctx)
+                in_flight = job
+        assert req.num_computed_tokens == tokens, (i, req.num_computed_tokens, tokens)
         for _ in range(generated):  # each sampled token but the last is fed back: one slot each
             req.append_output_token_ids(next(fresh))
             if manager.allocate_slots(req, 1) is None:
                 raise RuntimeError(f"request {i}: no block for a generated token")
             req.num_computed_tokens += 1
+            if cpu is not None and in_flight:
+                cpu.complete_store(in_flight, ctx)
+                in_flight = []
         req.append_output_token_ids(next(fresh))
         manager.free(req)
         if cpu is not None:
+            if in_flight:
+                cpu.complete_store(in_flight, ctx)
+            if nxt < len(keys) and step_tokens is not None:  # the end's offer: what failed offers left
+                stored = cpu.prepare_store(keys[nxt:], ctx)
+                if stored is not None and stored.keys_to_store:
+                    cpu.complete_store(stored.keys_to_store, ctx)
             cpu.on_request_finished(ctx)
         out.append([int(hit_tokens), int(external)])
     return out
@@ -101,7 +145,7 @@ def replay(block_tokens: int, gpu_blocks: int, requests: list, cpu_chunks: int |
 def main() -> int:
     jobs = json.load(sys.stdin)
     json.dump([replay(int(j["block_tokens"]), int(j["gpu_blocks"]), j["requests"], j.get("cpu_chunks"),
-                      int(j.get("chunk_blocks", 1))) for j in jobs], sys.stdout)
+                      int(j.get("chunk_blocks", 1)), j.get("step_tokens")) for j in jobs], sys.stdout)
     return 0
 
 

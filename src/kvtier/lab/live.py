@@ -21,6 +21,7 @@ from ..serving.metrics import Snapshot
 from ..production import runcontract
 from ..production.promtext import read_prometheus
 from ..sim import TieredCache
+from ..step_budget import step_tokens_of
 from .experiments import requests_from_rows
 from .records import read_requests
 from ..yamlio import load_yaml
@@ -148,7 +149,8 @@ def predict(run_dir: str | Path, measured: pd.DataFrame, null_blocks: int = 1) -
         shape = lmcache_shape(run_dir / setup, conf) if lmcache else server_shape(run_dir / setup)
         B = int(shape["block_tokens"])  # type: ignore[arg-type]
         cache = TieredCache(int(shape["kv_blocks"]) - null_blocks, B, cpu_chunks=shape["cpu_chunks"],  # type: ignore[arg-type]
-                            chunk_blocks=shape["chunk_blocks"] or 1, flavor="lmcache" if lmcache else "vllm")
+                            chunk_blocks=shape["chunk_blocks"] or 1, flavor="lmcache" if lmcache else "vllm",
+                            step_tokens=None if lmcache else step_tokens_of(run_dir / setup / "server.log"))
         outs = cache.replay(requests_from_rows(rows, B, generated=max_tokens - 1))
         pred = pd.DataFrame([{"pred_gpu_tokens": o.gpu_tokens, "pred_cpu_tokens": o.cpu_tokens,
                               "pred_computed_tokens": o.computed_tokens} for o in outs], index=rows.index)

@@ -9,7 +9,8 @@ server.log) of the same public sessions at one pool size. Per run:
   answered prompt as chained block ids at the server's block size, kvtier.replay.sent; the public
   trace it came from is not committed), in the order the server received the requests
   (client.jsonl `sent_s`), replayed through kvtier.sim at the GPU cache and pool read from the
-  run's own records (cache_config_info, the offload worker's startup line; kvtier.lab.live);
+  run's own records (cache_config_info, the offload worker's startup line; kvtier.lab.live), the pool's
+  stores offered per scheduler step at the budget the server log gives (kvtier.step_budget);
 - per request: the usage field `cached_tokens` (GPU + pool) against the prediction.
 
 Two replays of the stream: one request at a time (`TieredCache`'s rules, the model of the lab and
@@ -36,6 +37,7 @@ from ..replay import sent
 from ..sim import TieredCache, fast
 from ..sim.requests import Request, prompt_request
 from ..sim.resident import Admission, ResidentCache, replay_admitted
+from ..step_budget import step_tokens_of
 from . import runcontract
 from .analysis import token_sources
 from .promtext import Snapshot, read_prometheus
@@ -93,7 +95,7 @@ class SweepRun:
     path: Path
     meta: dict[str, Any]          # run.yaml
     requests: pd.DataFrame        # answered requests, in the order the server received them
-    shape: dict[str, int | None]  # block_tokens, kv_blocks, chunk_blocks, cpu_chunks
+    shape: dict[str, int | None]  # block_tokens, kv_blocks, chunk_blocks, cpu_chunks, step_tokens (kvtier.step_budget)
     measured: dict[str, float]    # tokens by source over the run (token_sources' keys)
     preemptions: float
     stored_chunks: float | None   # offloaded blocks the server stored: its store-bytes counter / bytes of a block
@@ -147,6 +149,7 @@ def read_run(run_dir: str | Path) -> SweepRun:
         .sort_values(["sent_s", "line"], kind="stable").reset_index(drop=True)
     worker = log.worker
     shape = shape_from(run_dir / "metrics_start.prom", worker)
+    shape["step_tokens"] = step_tokens_of(run_dir / "server.log")  # the scheduler's budget: when stores are offered
     tier = meta["server"].get("tier")
     if (tier == "none") != (shape["cpu_chunks"] is None):
         raise RawRecordError(run_dir / "server.log", f"run.yaml says tier {tier!r}, but the offload worker's startup line is "
@@ -184,7 +187,7 @@ def stream(run: SweepRun) -> list[Request]:
 def _cache(run: SweepRun, kind: type[TieredCache], null_blocks: int) -> TieredCache:
     s = run.shape
     return kind(int(s["kv_blocks"]) - null_blocks, int(s["block_tokens"]), cpu_chunks=s["cpu_chunks"],  # type: ignore[arg-type]
-                chunk_blocks=s["chunk_blocks"] or 1, flavor="vllm")
+                chunk_blocks=s["chunk_blocks"] or 1, flavor="vllm", step_tokens=s.get("step_tokens"))
 
 
 def sequential(run: SweepRun, requests: list[Request], null_blocks: int = 1) -> tuple[dict[str, list[int]], int]:
@@ -199,7 +202,8 @@ def sequential(run: SweepRun, requests: list[Request], null_blocks: int = 1) -> 
     except ValueError:
         return sequential_reference(run, requests, null_blocks)
     cols = fast.replay_flat(flat, int(s["kv_blocks"]) - null_blocks, int(s["block_tokens"]),  # type: ignore[arg-type]
-                            cpu_chunks=s["cpu_chunks"], chunk_blocks=s["chunk_blocks"] or 1, flavor="vllm")
+                            cpu_chunks=s["cpu_chunks"], chunk_blocks=s["chunk_blocks"] or 1, flavor="vllm",
+                            step_tokens=s.get("step_tokens"))
     return ({"gpu": cols.gpu_tokens.tolist(), "pool": cols.cpu_tokens.tolist(), "computed": cols.computed_tokens.tolist()},
             int(cols.stored_chunks.sum()))
 
@@ -292,6 +296,9 @@ def register_numbers(writer: Any, results: list[RunResult]) -> None:
     writer.add("sweepcpu.runs", len(results), "count")
     writer.add("sweepcpu.kv_cache_tokens", base.kv_cache_tokens, "tokens")
     writer.add("sweepcpu.block_tokens", int(base.shape["block_tokens"]), "tokens")  # type: ignore[arg-type]
+    budgets = {x.run.shape.get("step_tokens") for x in results}
+    if len(budgets) == 1 and None not in budgets:
+        writer.add("sweepcpu.step_tokens", int(budgets.pop()), "tokens", note="the scheduler's token budget per step (kvtier.step_budget)")
     chunked = [x.run for x in results if x.run.tiered]
     if chunked:
         writer.add("sweepcpu.chunk_tokens", int(chunked[0].shape["chunk_blocks"]) * int(chunked[0].shape["block_tokens"]), "tokens")  # type: ignore[arg-type]

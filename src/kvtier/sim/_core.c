@@ -17,20 +17,20 @@ typedef int64_t i64;
 typedef int32_t i32;
 
 /* ---- LRU list in arrays: node 0 is the sentinel (front = next[0], back = prev[0]) ---- */
-typedef struct { i32 *prev, *next, *chain; i64 *key, *stamp; char *real; i32 cap, used, free_head; i64 len; } List;
+typedef struct { i32 *prev, *next, *chain; i64 *key, *stamp, *pin; char *real; i32 cap, used, free_head; i64 len; } List;
 
 static int list_init(List *l, i32 cap) {
     l->cap = cap < 16 ? 16 : cap;
     l->prev = malloc(sizeof(i32) * l->cap); l->next = malloc(sizeof(i32) * l->cap);
     l->chain = malloc(sizeof(i32) * l->cap); l->key = malloc(sizeof(i64) * l->cap);
-    l->real = malloc(l->cap); l->stamp = malloc(sizeof(i64) * l->cap);
-    if (!l->prev || !l->next || !l->chain || !l->key || !l->real || !l->stamp) return -1;
+    l->real = malloc(l->cap); l->stamp = malloc(sizeof(i64) * l->cap); l->pin = malloc(sizeof(i64) * l->cap);
+    if (!l->prev || !l->next || !l->chain || !l->key || !l->real || !l->stamp || !l->pin) return -1;
     l->prev[0] = l->next[0] = 0;
     l->used = 1; l->free_head = -1; l->len = 0;
     return 0;
 }
 
-static void list_free(List *l) { free(l->prev); free(l->next); free(l->chain); free(l->key); free(l->real); free(l->stamp); }
+static void list_free(List *l) { free(l->prev); free(l->next); free(l->chain); free(l->key); free(l->real); free(l->stamp); free(l->pin); }
 
 static i32 list_new(List *l, i64 key, char real) {
     i32 x;
@@ -41,12 +41,13 @@ static i32 list_new(List *l, i64 key, char real) {
             l->prev = realloc(l->prev, sizeof(i32) * c); l->next = realloc(l->next, sizeof(i32) * c);
             l->chain = realloc(l->chain, sizeof(i32) * c); l->key = realloc(l->key, sizeof(i64) * c);
             l->real = realloc(l->real, c); l->stamp = realloc(l->stamp, sizeof(i64) * c);
-            if (!l->prev || !l->next || !l->chain || !l->key || !l->real || !l->stamp) return -1;
+            l->pin = realloc(l->pin, sizeof(i64) * c);
+            if (!l->prev || !l->next || !l->chain || !l->key || !l->real || !l->stamp || !l->pin) return -1;
             l->cap = c;
         }
         x = l->used++;
     }
-    l->key[x] = key; l->real[x] = real; l->chain[x] = -1; l->stamp[x] = 0;
+    l->key[x] = key; l->real[x] = real; l->chain[x] = -1; l->stamp[x] = 0; l->pin[x] = -2;
     i32 b = l->prev[0];  /* append at the back */
     l->prev[x] = b; l->next[x] = 0; l->next[b] = x; l->prev[0] = x;
     l->len++;
@@ -91,18 +92,22 @@ static void cpu_trim(Cpu *c) {
 }
 
 static PyObject *replay(PyObject *self, PyObject *args) {
-    Py_buffer ids_b, off_b, maxhit_b, scratch_b, unique_b, g_b, loaded_b, chunks_b, stored_b;
-    long long universe, gpu_cap, cpu_cap, k;
+    Py_buffer ids_b, off_b, maxhit_b, scratch_b, unique_b, tokens_b, g_b, loaded_b, chunks_b, stored_b;
+    long long universe, gpu_cap, cpu_cap, k, block_tokens, step_tokens;
     int soe, vllm_flavor, unhashed_first;
-    if (!PyArg_ParseTuple(args, "y*y*y*y*y*LLLLpppw*w*w*w*", &ids_b, &off_b, &maxhit_b, &scratch_b, &unique_b, &universe,
-                          &gpu_cap, &cpu_cap, &k, &soe, &vllm_flavor, &unhashed_first, &g_b, &loaded_b, &chunks_b, &stored_b))
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*LLLLLLpppw*w*w*w*", &ids_b, &off_b, &maxhit_b, &scratch_b, &unique_b, &tokens_b,
+                          &universe, &gpu_cap, &cpu_cap, &k, &block_tokens, &step_tokens, &soe, &vllm_flavor, &unhashed_first,
+                          &g_b, &loaded_b, &chunks_b, &stored_b))
         return NULL;
     const i64 *ids = ids_b.buf, *off = off_b.buf, *max_hit = maxhit_b.buf, *scratch = scratch_b.buf, *unique = unique_b.buf;
+    const i64 *tokens = tokens_b.buf;
     i64 *out_g = g_b.buf, *out_loaded = loaded_b.buf, *out_chunks = chunks_b.buf, *out_stored = stored_b.buf;
     i64 R = (i64)(off_b.len / sizeof(i64)) - 1;
     int err = 0, has_cpu = cpu_cap >= 0;
     List q; Cpu cpu;
     memset(&cpu, 0, sizeof cpu);
+    char *seen = NULL;                                    /* vllm flavor: per chunk of a request */
+    i64 seen_cap = 0, clock = 0, offer_id = 0;            /* scheduler steps; offers (stamp marks an offer's keys) */
     i32 *first = malloc(sizeof(i32) * (universe + 1));  /* first[id]: its first copy, -1 if none */
     char *ends = calloc(universe + 1, 1);                 /* store_on_evict: chunk ends not stored yet */
     err |= !first || !ends;
@@ -123,34 +128,75 @@ static PyObject *replay(PyObject *self, PyObject *args) {
             i64 m = n / k;  /* chunk j is named by block (j + 1) k - 1 */
 #define KEY(j) b[((j) + 1) * k - 1]
             if (vllm_flavor) {  /* vLLM 0.32 native offloading: see TieredCache._native */
-                i64 start = g / k, c = 0, lo, hi;
+                i64 start = g / k, c = 0;
                 while (start + c < m && cpu.node[KEY(start + c)] >= 0) c++;
                 if (c && (start + c) * k - g >= k) { loaded = (start + c) * k - g; chunks = c; }
-                lo = start; hi = loaded ? start + c : start;
-                if (!soe) {
-                    i64 from = loaded ? start + c : 0, absent = 0;
-                    for (i64 j = from; j < m; j++) absent += cpu.node[KEY(j)] < 0;
-                    i64 present = (m - from) - absent, need = cpu.l.len + absent - cpu.cap;
-                    if (absent && need <= cpu.l.len - present) {
-                        if (need > 0) {  /* evict the least recent chunks not offered */
-                            for (i64 j = from; j < m; j++) {
-                                i32 x = cpu.node[KEY(j)];
-                                if (x >= 0) cpu.l.stamp[x] = r + 1;
-                            }
-                            i32 x = cpu.l.next[0];
-                            while (need > 0) {
-                                i32 nx = cpu.l.next[x];
-                                if (cpu.l.stamp[x] != r + 1) { cpu.node[cpu.l.key[x]] = -1; list_release(&cpu.l, x); need--; }
-                                x = nx;
-                            }
-                        }
-                        for (i64 j = from; j < m && !err; j++)
-                            if (cpu.node[KEY(j)] < 0) err |= cpu_touch_in_order(&cpu, KEY(j));
-                        stored = absent;  /* TieredCache.stored_chunks counts these */
-                    }
-                    lo = loaded ? start : 0; hi = m;
+                if (m > seen_cap) {  /* seen[j]: chunk j loaded or recorded by an offer */
+                    seen_cap = 2 * m;
+                    char *t = realloc(seen, seen_cap);
+                    if (!t) { err = 1; break; }
+                    seen = t;
                 }
-                for (i64 j = hi - 1; j >= lo; j--) {  /* at the end: re-ranked tail first, head most recent */
+                memset(seen, 0, m);
+                if (loaded) memset(seen + start, 1, c);
+                if (!soe) {
+                    i64 nxt = loaded ? start + c : 0, steps = 0, done = 0, tpc = k * block_tokens;
+                    if (step_tokens > 0) {
+                        done = (g + loaded) * block_tokens;
+                        i64 cap = loaded ? tokens[r] - 1 : tokens[r];
+                        if (done > cap) done = cap;
+                        steps = done < tokens[r] ? (tokens[r] - done + step_tokens - 1) / step_tokens : 0;
+                    }
+                    clock += 2;  /* the previous request's copies are done */
+                    i64 npinned = 0;  /* keys stored by the previous step: pin == clock - 1 */
+                    for (i64 s = 0; s <= steps && !err; s++, clock++) {
+                        i64 n = m;
+                        if (s < steps) {
+                            i64 d = done + (s + 1) * step_tokens;
+                            if (d > tokens[r]) d = tokens[r];
+                            n = d / tpc < m ? d / tpc : m;
+                        } else npinned = 0;  /* the end's offer: a step after the last decode step */
+                        i64 stored_now = 0;
+                        if (n > nxt) {
+                            i64 absent = 0, ready = 0;
+                            offer_id++;
+                            for (i64 j = nxt; j < n; j++) {
+                                i32 x = cpu.node[KEY(j)];
+                                if (x < 0) { absent++; seen[j] = 1; continue; }
+                                cpu.l.stamp[x] = offer_id;
+                                if (cpu.l.pin[x] != clock - 1) { ready++; seen[j] = 1; }
+                            }
+                            int ok = 1;
+                            if (absent) {
+                                i64 need = cpu.l.len + absent - cpu.cap;
+                                if (need > 0) {  /* evict the least recent chunks neither offered nor in flight */
+                                    ok = need <= cpu.l.len - ready - npinned;
+                                    i32 x = cpu.l.next[0];
+                                    while (ok && need > 0 && x != 0) {
+                                        i32 nx = cpu.l.next[x];
+                                        if (cpu.l.stamp[x] != offer_id && cpu.l.pin[x] != clock - 1) {
+                                            cpu.node[cpu.l.key[x]] = -1; list_release(&cpu.l, x); need--;
+                                        }
+                                        x = nx;
+                                    }
+                                }
+                                if (ok) {
+                                    for (i64 j = nxt; j < n && !err; j++)
+                                        if (cpu.node[KEY(j)] < 0) {
+                                            err |= cpu_touch_in_order(&cpu, KEY(j));
+                                            if (!err) cpu.l.pin[cpu.node[KEY(j)]] = clock;
+                                        }
+                                    stored += absent;  /* TieredCache.stored_chunks counts these */
+                                    stored_now = absent;
+                                }
+                            }
+                            if (ok) nxt = n;
+                        }
+                        npinned = stored_now;
+                    }
+                }
+                for (i64 j = m - 1; j >= 0; j--) {  /* at the end: re-ranked tail first, head most recent */
+                    if (!seen[j]) continue;
                     i32 x = cpu.node[KEY(j)];
                     if (x >= 0) list_to_back(&cpu.l, x);
                 }
@@ -210,18 +256,19 @@ static PyObject *replay(PyObject *self, PyObject *args) {
         out_g[r] = g; out_loaded[r] = loaded; out_chunks[r] = chunks; out_stored[r] = stored;
     }
     Py_END_ALLOW_THREADS
-    list_free(&q); free(first); free(ends);
+    list_free(&q); free(first); free(ends); free(seen);
     if (has_cpu) { list_free(&cpu.l); free(cpu.node); }
     PyBuffer_Release(&ids_b); PyBuffer_Release(&off_b); PyBuffer_Release(&maxhit_b); PyBuffer_Release(&scratch_b);
-    PyBuffer_Release(&unique_b); PyBuffer_Release(&g_b); PyBuffer_Release(&loaded_b); PyBuffer_Release(&chunks_b);
+    PyBuffer_Release(&unique_b); PyBuffer_Release(&tokens_b); PyBuffer_Release(&g_b); PyBuffer_Release(&loaded_b); PyBuffer_Release(&chunks_b);
     PyBuffer_Release(&stored_b);
     if (err) return PyErr_NoMemory();
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
-    {"replay", replay, METH_VARARGS, "replay(ids, offsets, max_hit, scratch, unique, universe, gpu_cap, cpu_cap, k, "
-     "store_on_evict, vllm_flavor, unhashed_first, out_gpu_blocks, out_loaded, out_chunks, out_stored)"},
+    {"replay", replay, METH_VARARGS, "replay(ids, offsets, max_hit, scratch, unique, tokens, universe, gpu_cap, cpu_cap, k, "
+     "block_tokens, step_tokens, store_on_evict, vllm_flavor, unhashed_first, out_gpu_blocks, out_loaded, out_chunks, "
+     "out_stored); step_tokens <= 0: all of a request's chunks offered at once"},
     {NULL, NULL, 0, NULL},
 };
 

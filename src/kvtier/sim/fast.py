@@ -109,26 +109,29 @@ class Columns:
 
 
 def replay_flat(flat: Flat, gpu_blocks: int, block_tokens: int, *, cpu_chunks: int | None = None, chunk_blocks: int = 1,
-                policy: str = "write_through", flavor: str = "lmcache", unhashed_first: bool = True) -> Columns:
+                policy: str = "write_through", flavor: str = "lmcache", unhashed_first: bool = True,
+                step_tokens: int | None = None) -> Columns:
     """TieredCache(...).replay as arrays, by the compiled loop."""
     if policy not in POLICIES or flavor not in FLAVORS:
         raise ValueError(f"policy must be one of {POLICIES} and flavor one of {FLAVORS}")
     if gpu_blocks < 0 or block_tokens < 1 or chunk_blocks < 1 or (cpu_chunks is not None and cpu_chunks < 0):
         raise ValueError("sizes must be >= 0 (block_tokens, chunk_blocks >= 1)")
+    if step_tokens is not None and step_tokens < 1:
+        raise ValueError(f"step_tokens must be >= 1 or None, got {step_tokens}")
     try:
         from . import _core
     except ImportError as e:  # the extension is built by `pip install -e .`
         raise ImportError(f"kvtier's compiled simulator core is not built ({e}); run `pip install -e .` "
                           "in the repository (it needs a C compiler)") from None
-    if "out_stored" not in (_core.replay.__doc__ or ""):  # a build of an older _core.c
-        raise ImportError("kvtier's compiled simulator core was built from an older _core.c (no stored chunks); "
+    if "step_tokens" not in (_core.replay.__doc__ or ""):  # a build of an older _core.c
+        raise ImportError("kvtier's compiled simulator core was built from an older _core.c (no step_tokens); "
                           "run `pip install -e .` in the repository to rebuild it")
     R = len(flat)
     g, loaded, chunks, stored = (np.zeros(R, dtype=np.int64) for _ in range(4))
     c = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
-    _core.replay(c(flat.ids), c(flat.offsets), c(flat.max_hit), c(flat.scratch), c(flat.unique), int(flat.universe),
-                 int(gpu_blocks),
-                 -1 if cpu_chunks is None else int(cpu_chunks), int(chunk_blocks), policy == "store_on_evict",
+    _core.replay(c(flat.ids), c(flat.offsets), c(flat.max_hit), c(flat.scratch), c(flat.unique), c(flat.tokens),
+                 int(flat.universe), int(gpu_blocks), -1 if cpu_chunks is None else int(cpu_chunks), int(chunk_blocks),
+                 int(block_tokens), 0 if step_tokens is None else int(step_tokens), policy == "store_on_evict",
                  flavor == "vllm", bool(unhashed_first), g, loaded, chunks, stored)
     # a native load that reaches the prompt's end leaves its last token to compute (as TieredCache)
     cap = flat.tokens - ((loaded > 0) & (flavor == "vllm"))

@@ -5,7 +5,7 @@ scheduler, with up to max_num_seqs requests) differs in one way the outcome can 
 request's blocks are held, so they cannot be evicted, and what it computes takes free slots from
 the front of the free queue while the others run. `ResidentCache` splits a request into its start
 (the lookups in both tiers, the CPU tier's stores, its blocks taken) and its end (its blocks freed
-in vLLM's order); the lookup and store rules are TieredCache's own.
+in vLLM's order, its pool chunks re-ranked: on_request_finished); the lookup and store rules are TieredCache's own.
 
 `replay_admitted` drives it from a recorded stream: each request's arrival and finish time as
 the client saw them. Requests are admitted first come, first served, as vLLM's waiting queue is;
@@ -33,7 +33,7 @@ class ResidentCache(TieredCache):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         if self.policy != "write_through" or not self.unhashed_first:
             raise ValueError("ResidentCache models write-through tiers under vLLM >= 0.24's free order only")
-        self._running: dict[Hashable, tuple[list[int], int]] = {}
+        self._running: dict[Hashable, tuple[list[int], int, list[int]]] = {}
 
     def need(self, req: Request) -> int:
         """Slots the request holds while it runs: its prompt's full blocks, its generated full
@@ -48,18 +48,20 @@ class ResidentCache(TieredCache):
         while too little was free)."""
         if key in self._running:
             raise ValueError(f"request {key!r} is already running")
-        g, loaded, chunks = self._lookup(req)
+        g, loaded, chunks, finish = self._lookup(req)
         blocks = req.blocks
         # vLLM frees a request's blocks tail first: generated blocks, then the prompt's computed
         # blocks last to first, then its hit blocks last to first (TieredCache.access's order).
         fresh = self._fresh_ids(req.unique) + list(reversed(blocks[g:]))
         held, _, short = self.gpu.acquire(blocks[g - 1::-1] if g else (), fresh, req.scratch)
-        self._running[key] = (held[g:] + held[:g], req.scratch)
+        self._running[key] = (held[g:] + held[:g], req.scratch, finish)
         return self._outcome(req, g, loaded, chunks), short
 
     def end(self, key: Hashable) -> None:
-        held, scratch = self._running.pop(key)
+        """`key` ends: its blocks freed, and its pool chunks re-ranked (on_request_finished)."""
+        held, scratch, finish = self._running.pop(key)
         self.gpu.give_back(held, scratch)
+        self._finish(finish)
 
 
 @dataclass(frozen=True)

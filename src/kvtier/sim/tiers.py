@@ -67,18 +67,25 @@ class TieredCache:
                   request's end its chunks re-ranked so a prefix's head is the most recent.
     unhashed_first: vLLM >= 0.24 frees a request's unhashed partial block to the front of the
                   free queue; False models 0.17-0.23, which append it (`frees_unhashed_first`).
+    step_tokens:  'vllm' flavor: the scheduler's token budget per step (max_num_batched_tokens,
+                  chunked prefill). The connector offers a request's chunks step by step as its
+                  prefill computes them, at most this many tokens a step (see `_native`); None
+                  offers all of them at once, when the request starts.
     """
 
     def __init__(self, gpu_blocks: int, block_tokens: int, *, cpu_chunks: int | None = None,
                  chunk_blocks: int = 1, policy: Policy = "write_through", flavor: Flavor = "lmcache",
-                 unhashed_first: bool = True):
+                 unhashed_first: bool = True, step_tokens: int | None = None):
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {POLICIES}, got {policy!r}")
         if flavor not in FLAVORS:
             raise ValueError(f"flavor must be one of {FLAVORS}, got {flavor!r}")
         if chunk_blocks < 1 or block_tokens < 1:
             raise ValueError("chunk_blocks and block_tokens must be >= 1")
+        if step_tokens is not None and step_tokens < 1:
+            raise ValueError(f"step_tokens must be >= 1 or None, got {step_tokens}")
         self.flavor = flavor
+        self.step_tokens = step_tokens
         self.block_tokens = block_tokens
         self.chunk_blocks = chunk_blocks
         self.policy = policy
@@ -109,18 +116,27 @@ class TieredCache:
             cpu.touch_in_order([key for key in keys[c:] if key not in cpu])
         return loaded, chunks
 
-    def _native(self, keys: tuple[int, ...], g: int) -> tuple[int, int]:
+    def _native(self, keys: tuple[int, ...], g: int, tokens: int) -> tuple[int, int, list[int]]:
         """vLLM's native offloading (0.32: OffloadingConnectorScheduler + CPUOffloadingManager, LRU),
-        for every request: (GPU blocks loaded, chunks loaded).
+        for every request: (GPU blocks loaded, chunks loaded, the keys re-ranked when it ends, in
+        the order they are made most recent).
 
         The lookup starts at the chunk holding the first token the GPU lacks and a load is taken
         only if it brings at least one chunk's worth of tokens (so one that starts mid-chunk
         loads that chunk's remainder plus whole chunks). Stores offer the prompt's full chunks
         (a partial last chunk is never stored; generated tokens neither: offload_prompt_only)
-        from the end of the load, or from chunk 0 when nothing was loaded; present chunks are
-        kept, absent ones inserted in prompt order after evicting the least recent chunks not
-        offered -- or, if too few, nothing is stored. When the request ends, every chunk it
-        loaded or offered is re-ranked tail first, so the head is the most recent.
+        from the end of the load, or from chunk 0 when nothing was loaded, as the prefill
+        computes them: with `step_tokens`, after each scheduler step the chunks it completed
+        (`_build_store_jobs`); without, all at once. An offer keeps its present chunks and
+        inserts its absent ones in prompt order after evicting the least recent chunks that are
+        neither in this offer nor still being written (a store is copied in the step after the
+        one that offered it and completes at that step's end, so the previous step's stores
+        cannot be evicted) -- or, if too few, stores nothing, and the next step offers those
+        chunks again (the connector does not advance past a failed offer; the request's end
+        offers what is left, a step after its last, when every copy is done: at least one token
+        is generated after the prompt's, so the prefill's last stores finish before it ends). When the request ends, every chunk it loaded or offered (a present
+        one still being written excepted: the manager records only ready ones) is re-ranked tail
+        first, so the head is the most recent.
         """
         cpu, k = self.cpu, self.chunk_blocks
         assert cpu is not None
@@ -129,36 +145,65 @@ class TieredCache:
         loaded = chunks = 0
         if c and (start + c) * k - g >= k:
             loaded, chunks = (start + c) * k - g, c
-        seen = keys[start:start + c] if loaded else ()
+        seen: set[int] = set(range(start, start + c)) if loaded else set()
         if self.policy == "write_through":
-            offered = keys[start + c:] if loaded else keys
-            absent = [key for key in offered if key not in cpu]
-            need = len(cpu) + len(absent) - cpu.capacity
-            if absent and need <= len(cpu) - (len(offered) - len(absent)):
-                if need > 0:
-                    cpu.evict_first(need, skip=set(offered))
-                cpu.touch_in_order(absent, absent=True)
-                self.stored_chunks += len(absent)
-            seen = keys[start:] if loaded else keys
-        cpu.touch(key for key in reversed(seen) if key in cpu)
-        return loaded, chunks
+            m, nxt = len(keys), start + c if loaded else 0
+            if self.step_tokens is None:
+                ends = [m]
+            else:  # chunks complete after each step of the prefill, then the request's end (all of them)
+                tpc, S = k * self.block_tokens, self.step_tokens
+                done = min((g + loaded) * self.block_tokens, tokens - 1 if loaded else tokens)
+                ends = [min(min(done + S * (i + 1), tokens) // tpc, m) for i in range(-(-(tokens - done) // S))] + [m]
+            pinned: set[int] = set()  # keys stored by the previous step: their copy is in flight
+            for i, n in enumerate(ends):
+                if i == len(ends) - 1:  # the end's offer comes a step after the last decode step
+                    pinned = set()
+                stored: list[int] = []
+                if n > nxt:
+                    offer = keys[nxt:n]
+                    absent = [key for key in offer if key not in cpu]
+                    seen.update(j for j in range(nxt, n) if keys[j] not in pinned)
+                    ok = True
+                    if absent:
+                        need = len(cpu) + len(absent) - cpu.capacity
+                        protected = pinned.union(offer)
+                        if need > 0:
+                            ok = need <= len(cpu) - sum(1 for key in protected if key in cpu)
+                            if ok:
+                                cpu.evict_first(need, skip=protected)
+                        if ok:
+                            cpu.touch_in_order(absent, absent=True)
+                            self.stored_chunks += len(absent)
+                            stored = absent
+                    if ok:
+                        nxt = n
+                pinned = set(stored)
+        return loaded, chunks, [keys[j] for j in sorted(seen, reverse=True)]
 
-    def _lookup(self, req: Request) -> tuple[int, int, int]:
+    def _lookup(self, req: Request) -> tuple[int, int, int, list[int]]:
         """The lookups of one request in both tiers, and the CPU tier's stores for it:
-        (GPU blocks hit, GPU blocks loaded from the CPU tier, chunks loaded)."""
+        (GPU blocks hit, GPU blocks loaded from the CPU tier, chunks loaded, the CPU tier's keys
+        to re-rank when the request ends, in order: 'vllm' flavor only)."""
         blocks, max_hit = req.blocks, req.max_hit
         g = self.gpu.prefix_hits(blocks, max_hit)
         loaded = chunks = 0
+        finish: list[int] = []
         cpu = self.cpu
         if cpu is not None:
             keys = blocks[self.chunk_blocks - 1::self.chunk_blocks]
             if self.flavor == "vllm":
-                loaded, chunks = self._native(keys, g)
+                loaded, chunks, finish = self._native(keys, g, req.tokens)
             elif g < max_hit:  # rule 1: a full GPU hit never reaches LMCache
                 loaded, chunks = self._lmcache(keys, g, max_hit)
             if self.policy == "store_on_evict":
                 self._chunk_ends.update(keys)
-        return g, loaded, chunks
+        return g, loaded, chunks, finish
+
+    def _finish(self, keys: list[int]) -> None:
+        """The request's end in the CPU tier (on_request_finished): its keys re-ranked."""
+        cpu = self.cpu
+        if keys and cpu is not None:
+            cpu.touch(key for key in keys if key in cpu)
 
     def _outcome(self, req: Request, g: int, loaded: int, chunks: int) -> Outcome:
         B, tokens = self.block_tokens, req.tokens
@@ -170,7 +215,8 @@ class TieredCache:
     def access(self, req: Request) -> Outcome:
         """Serve one request and update both tiers."""
         blocks = req.blocks
-        g, loaded, chunks = self._lookup(req)
+        g, loaded, chunks, finish = self._lookup(req)
+        self._finish(finish)
         cpu = self.cpu
         # Freed tail first: [the unhashed block, when appended], the generated blocks last to first,
         # the prompt's computed blocks last to first (a new copy each), then its hit blocks.
