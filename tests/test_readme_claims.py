@@ -72,9 +72,11 @@ def _from_registry(repo: Path) -> list[str]:
         f"client log = counters; {f.count(v('prodcpu.restores.count'))} loads = {f.count(v('prodcpu.method.jobs'))} job "
         f"lines; correction {f.num(v('prodcpu.method.correction_measured'))} blocks; even split: median restore off by "
         f"{pct('prodcpu.method.median_abs_error', 0)}",
-        f"within {f.num(max(others), '', 1)} points on {f.word(len(others))} of {f.word(len(runs))} runs; "
-        f"{f.num(v('sweepcpu.worst_points'), '', 2)} points at the {f.mib(v(f'{worst}.pool_bytes'), 'B')} pool "
-        f"(cause not settled); one at a time: up to {f.num(v('sweepcpu.sequential.worst_points'), '', 1)} points",
+        (f"within {f.num(v('sweepcpu.worst_points'), '', 2)} points on all {f.word(len(runs))} runs (worst at the "
+         f"{f.mib(v(f'{worst}.pool_bytes'), 'B')} pool)" if v("sweepcpu.worst_points") < 1 else
+         f"within {f.num(max(others), '', 1)} points on {f.word(len(others))} of {f.word(len(runs))} runs; "
+         f"{f.num(v('sweepcpu.worst_points'), '', 2)} points at the {f.mib(v(f'{worst}.pool_bytes'), 'B')} pool")
+        + f"; one at a time: up to {f.num(v('sweepcpu.sequential.worst_points'), '', 1)} points",
         f"does not predict it: up to {f.num(v(f'{cal}.worst_points_predicted'))} points off (the model's KV-cache share "
         f"is one value at every pool size, the runs' range {pct('sweepcpu.measured.share_gpu_min', 0).removesuffix('%')}–"
         f"{pct('sweepcpu.measured.share_gpu_max', 0)}); at the calibration point the pool share falls "
