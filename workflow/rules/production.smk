@@ -122,3 +122,32 @@ rule production_sweep_cpu:
 rule production_sweep_cpu_all:
     input:
         expand("results/experiments/production_sweep_cpu_{pool}.done", pool=CAPTURE["sweep_pools_gib"]),
+
+
+CURVE = config["experiments"]["curve"]
+
+
+rule production_curve_cpu:
+    message:
+        "Measured pool-size curve: one fixed stream at {params.sizes} pool sizes x {params.repeats}, interleaved launches -> {params.out}"
+    input:
+        lambda wc: replay_opt_in(CURVE, "production_curve_cpu", "curve"),
+        model="data/tiny-model",
+    output:
+        done=touch("results/experiments/production_curve_cpu.done"),
+    params:
+        out=CURVE["out"],
+        pools=" ".join(str(p) for p in CURVE["pools_gib"]),
+        sizes=len(CURVE["pools_gib"]),
+        repeats=CURVE["repeats"],
+        lock=CURVE["lock"],
+        args=CURVE["args"],
+    log:
+        "logs/production_curve_cpu.log",
+    conda:
+        "../../envs/vllm-cpu.yaml"
+    shell:
+        "PYTHONPATH=src python -m kvtier.replay.repeats --out {params.out} --pools {params.pools} --repeats {params.repeats} "
+        "--lock {params.lock} -- --model {input.model} {params.args} > {log} 2>&1 "
+        "&& PYTHONPATH=src python -m kvtier.cli manifest add $(find {params.out} -type f -not -path '*.failed/*' | sort) --class measured "
+        "--description 'measured pool-size curve: one fixed stream replayed by kvtier-replay on vLLM CPU build, interleaved repeats' >> {log} 2>&1"

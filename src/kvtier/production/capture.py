@@ -19,10 +19,13 @@ from .promtext import Snapshot
 from ..yamlio import load_yaml
 
 FIELDS = ("status", "prompt_tokens_sent", "usage_prompt_tokens", "cached_tokens", "completion_tokens")
+FAILED_FIELDS = ("status", "prompt_tokens_sent", "error")  # a failed request keeps its reason, not an answer's usage
 
 
 def read_client(path: str | Path) -> list[dict[str, Any]]:
-    """The client log's lines, each checked for the fields the sums need."""
+    """The client log's lines, each checked for the fields the sums need: an answered line
+    (status ok) for its usage, a failed line (status failed: an HTTP error such as a prompt over
+    max_model_len, a timeout) for its reason. Failed lines are kept, and left out of the sums."""
     rows = []
     with open(path, encoding="utf-8") as f:
         for i, text in enumerate(f, 1):
@@ -32,7 +35,9 @@ def read_client(path: str | Path) -> list[dict[str, Any]]:
                 r = json.loads(text)
             except json.JSONDecodeError as e:
                 raise RawRecordError(path, f"not a JSON object ({e.msg})", line=i) from None
-            missing = [k for k in FIELDS if k not in r]
+            if not isinstance(r, dict) or r.get("status") not in ("ok", "failed"):
+                raise RawRecordError(path, "client record has no status 'ok' or 'failed'", line=i)
+            missing = [k for k in (FIELDS if r["status"] == "ok" else FAILED_FIELDS) if k not in r]
             if missing:
                 raise RawRecordError(path, f"client record lacks {', '.join(missing)}", line=i)
             r["_line"] = i

@@ -46,9 +46,10 @@ SOURCES = ("gpu", "pool", "computed")
 MODELS = ("measured", "simulated", "sequential")  # counters; the replay as the server ran it; one at a time
 # client.jsonl: the fields a sweep reads from every line, and their types
 CLIENT_FIELDS: dict[str, tuple[type, ...]] = {
-    "session": (int,), "index": (int,), "status": (str,), "sent_s": (int, float), "total_s": (int, float),
+    "session": (int,), "index": (int,), "status": (str,), "sent_s": (int, float),
     "prompt_tokens_sent": (int,), "max_tokens": (int,)}
-ANSWERED_FIELDS: dict[str, tuple[type, ...]] = {"cached_tokens": (int,), "usage_prompt_tokens": (int,)}
+ANSWERED_FIELDS: dict[str, tuple[type, ...]] = {"total_s": (int, float), "cached_tokens": (int,), "usage_prompt_tokens": (int,)}
+FAILED_FIELDS: dict[str, tuple[type, ...]] = {"error": (str,)}  # a failed line keeps its reason
 NEAR_BLOCKS = 2  # a prediction off by at most this many blocks counts as near (the table's second count)
 RUN_FILES = ("run.yaml", "client.jsonl", "metrics_start.prom", "metrics.prom", "server.log", sent.NAME)
 
@@ -56,21 +57,28 @@ RUN_FILES = ("run.yaml", "client.jsonl", "metrics_start.prom", "metrics.prom", "
 def read_client_log(path: str | Path, extra: dict[str, tuple[type, ...]] | None = None) -> pd.DataFrame:
     """client.jsonl: one row per answered request (status ok), with its line number, in file order.
     A line that is not JSON, lacks a field or has one of the wrong type is an error naming it.
-    `extra`: more fields an answered line must have (name: types), kept as columns."""
+    `extra`: more fields an answered line must have (name: types), kept as columns. A failed
+    request (status failed, with its reason) is left out and counted: `attrs["failed"]`, and
+    `attrs["failed_lines"]` its line numbers; the counters are then checked against the answered
+    requests only (a request the server refused never reached its counters)."""
     path = Path(path)
     extra = extra or {}
     rows = []
+    failed: list[int] = []
     seen: dict[tuple[int, int], int] = {}
     for lineno, line, rec in jsonl_records(path):
         if not isinstance(rec, dict):
             raise RawRecordError(path, "not a JSON object", line=lineno, record=line)
-        want = dict(CLIENT_FIELDS, **(dict(ANSWERED_FIELDS, **extra) if rec.get("status") == "ok" else {}))
+        if rec.get("status") not in ("ok", "failed"):
+            raise RawRecordError(path, f"status {rec.get('status')!r}, expected 'ok' or 'failed'", line=lineno, record=line)
+        want = dict(CLIENT_FIELDS, **(dict(ANSWERED_FIELDS, **extra) if rec["status"] == "ok" else FAILED_FIELDS))
         for name, types in want.items():
             v = rec.get(name)
             if v is None or isinstance(v, bool) or not isinstance(v, types):
                 raise RawRecordError(path, f"field {name!r} is {v!r}, expected {' or '.join(t.__name__ for t in types)}",
                                      line=lineno, record=line)
         if rec["status"] != "ok":
+            failed.append(lineno)
             continue
         key = (rec["session"], rec["index"])
         if key in seen:
@@ -83,8 +91,10 @@ def read_client_log(path: str | Path, extra: dict[str, tuple[type, ...]] | None 
             raise RawRecordError(path, f"cached_tokens {rec['cached_tokens']} outside 0..{rec['prompt_tokens_sent']}", line=lineno)
         rows.append({**{k: rec[k] for k in (*CLIENT_FIELDS, *ANSWERED_FIELDS, *extra)}, "line": lineno})
     if not rows:
-        raise RawRecordError(path, "no answered request")
-    return pd.DataFrame(rows)
+        raise RawRecordError(path, "no answered request" + (f" ({len(failed)} failed)" if failed else ""))
+    out = pd.DataFrame(rows)
+    out.attrs.update(failed=len(failed), failed_lines=failed)
+    return out
 
 
 @dataclass(frozen=True)
@@ -141,7 +151,9 @@ def read_run(run_dir: str | Path) -> SweepRun:
     for key in ("trace", "scaling", "server"):
         if not isinstance(meta, dict) or key not in meta:
             raise RawRecordError(run_dir / "run.yaml", f"no {key!r} entry (not a kvtier-replay run record)")
-    reqs = read_client_log(run_dir / "client.jsonl").sort_values(["sent_s", "line"], kind="stable").reset_index(drop=True)
+    log = read_client_log(run_dir / "client.jsonl")
+    reqs = log.sort_values(["sent_s", "line"], kind="stable").reset_index(drop=True)
+    reqs.attrs.update(log.attrs)
     worker = worker_facts((run_dir / "server.log").read_text(encoding="utf-8", errors="replace"))
     shape = shape_from(run_dir / "metrics_start.prom", worker)
     tier = meta["server"].get("tier")

@@ -30,6 +30,7 @@ class StreamResult:
     usage: dict[str, Any] = field(default_factory=dict)
     http_status: int = 200
     logprobs: list[dict[str, Any]] | None = None  # per generated token: token, logprob, top [[token, logprob], ...]
+    chunk_s: list[float] = field(default_factory=list)  # arrival of every chunk that carries a choice (vllm bench's ITL: their gaps)
 
     def as_record(self) -> dict[str, Any]:
         return asdict(self)
@@ -115,6 +116,7 @@ class ServingClient:
         t0 = time.perf_counter()
         first_byte = first_chunk = ttft = None
         parts: list[str] = []
+        chunk_times: list[float] = []
         usage: dict[str, Any] = {}
         logprobs: list[dict[str, Any]] | None = [] if body.get("logprobs") else None
         finish = None
@@ -143,6 +145,8 @@ class ServingClient:
                         raise RequestFailed(f"POST {path}: stream chunk at line {n_line} is not an object: {payload[:120]!r}")
                     if chunk.get("usage"):
                         usage = chunk["usage"]
+                    if chunk.get("choices"):
+                        chunk_times.append(now)
                     for choice in chunk.get("choices", []):
                         if first_chunk is None:
                             first_chunk = now
@@ -159,7 +163,7 @@ class ServingClient:
         except httpx.TransportError as e:
             raise RequestFailed(f"POST {path}: connection lost after {time.perf_counter() - t0:.1f} s ({type(e).__name__}: {e})") from None
         return StreamResult(ttft, first_chunk, first_byte, time.perf_counter() - t0, "".join(parts), finish, usage,
-                            logprobs=logprobs)
+                            logprobs=logprobs, chunk_s=chunk_times)
 
 
 def _token_logprobs(lp: dict[str, Any] | None, chat: bool) -> list[dict[str, Any]]:
