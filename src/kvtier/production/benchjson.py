@@ -51,8 +51,8 @@ def read_lines(client_log: str | Path) -> list[dict[str, Any]]:
     for lineno, line, rec in jsonl_records(path):
         if not isinstance(rec, dict) or rec.get("status") not in ("ok", "failed"):
             raise RawRecordError(path, "not a client-log line (status ok or failed)", line=lineno, record=line)
-        if rec["status"] == "ok" and not isinstance(rec.get("chunk_s"), list):
-            raise RawRecordError(path, "an answered line without chunk_s (the arrival of each streamed chunk)", line=lineno)
+        if rec["status"] == "ok" and not (isinstance(rec.get("chunk_s"), list) and rec["chunk_s"]):
+            raise RawRecordError(path, "an answered line without chunk_s (the arrival of each streamed chunk: at least one)", line=lineno)
         rows.append(rec)
     return sorted(rows, key=lambda r: float(r["sent_s"]))
 
@@ -113,8 +113,7 @@ def max_concurrent(starts: list[float], latencies: list[float]) -> int:
     return best
 
 
-def write(run_dir: str | Path, out: str | Path) -> dict[str, Any]:
-    res = result(run_dir)
+def dump(res: dict[str, Any], out: str | Path) -> None:
+    """Write a result as `vllm bench serve --save-result` does (json.dump; "inf" as vLLM's rate)."""
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(json.dumps(res, indent=1) + "\n", encoding="utf-8")
-    return res

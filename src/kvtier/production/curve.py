@@ -57,6 +57,16 @@ class CurveRun:
         return sweep.shares(self.result.tokens(model))
 
 
+def run_folders(manifest: str | Path, records: str | Path) -> list[str]:
+    """The curve's run folders: each folder directly under `records` that holds pinned files
+    (a launch that failed, `<name>.failed`, is never pinned)."""
+    from ..eviction.workflow import pinned_records
+
+    root = Path(records)
+    return sorted({(root / Path(p).relative_to(root).parts[0]).as_posix()
+                   for p in pinned_records(str(manifest), str(records)) if len(Path(p).relative_to(root).parts) > 1})
+
+
 def read_load(path: str | Path) -> Load:
     """host_series.csv: the load over the run (the first sample's CPU shares cover no interval)."""
     path = Path(path)
