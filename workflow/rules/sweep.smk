@@ -70,7 +70,7 @@ if CURVE_RUNS:
 
 rule curve_cpu:
     message:
-        "Measured pool-size curve: {params.count} runs of one fixed stream -> medians and ranges per pool size beside the simulator"
+        "Measured pool-size curve: {params.nruns} runs of one fixed stream -> medians and ranges per pool size beside the simulator"
     input:
         code=PACKAGE_CODE,
         records=lambda wc: lab_wf.pinned_under(MANIFEST, CURVE_CFG["records"]),
@@ -82,7 +82,7 @@ rule curve_cpu:
         svg=report("figures/curve_cpu.svg", caption="../report/curve_cpu.rst", category="Beyond the note"),
     params:
         runs=CURVE_RUNS,
-        count=len(CURVE_RUNS),
+        nruns=len(CURVE_RUNS),
         load_threshold=CURVE_CFG["load_threshold"],
         steal_threshold=CURVE_CFG["steal_threshold"],
     log:

@@ -20,7 +20,7 @@ import numpy as np
 
 from ..errors import RawRecordError, jsonl_records
 
-PERCENTILES = (50, 90, 99)
+PERCENTILES = (50, 90, 99)  # low, mid, high: the note prints low and high
 METRICS = ("ttft", "tpot", "itl", "e2el")
 SHARED = ("backend", "endpoint_type", "model_id", "tokenizer_id", "num_prompts", "request_rate", "burstiness",
           "max_concurrency", "duration", "completed", "failed", "total_input_tokens", "total_output_tokens",

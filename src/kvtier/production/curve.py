@@ -182,6 +182,8 @@ def register_numbers(writer: Any, runs: list[CurveRun], load_threshold: float, s
     writer.reading()
     writer.add("curve.load_threshold", float(load_threshold), "count", note="mean 1-minute load above which a run is flagged")
     writer.add("curve.steal_threshold", float(steal_threshold), "fraction", note="mean CPU steal above which a run is flagged")
+    for name, q in zip(("low", "mid", "high"), benchjson.PERCENTILES):
+        writer.add(f"curve.percentile.{name}", q, "count", note="a latency percentile the results JSON and Table 8 report")
     writer.reading(*files)
     worst_spread = worst_gap = 0.0
     monotone = True

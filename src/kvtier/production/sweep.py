@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+import numpy as np
 import pandas as pd
 
 from ..errors import RawRecordError, jsonl_records
@@ -48,7 +49,9 @@ MODELS = ("measured", "simulated", "sequential")  # counters; the replay as the 
 CLIENT_FIELDS: dict[str, tuple[type, ...]] = {
     "session": (int,), "index": (int,), "status": (str,), "sent_s": (int, float),
     "prompt_tokens_sent": (int,), "max_tokens": (int,)}
-ANSWERED_FIELDS: dict[str, tuple[type, ...]] = {"total_s": (int, float), "cached_tokens": (int,), "usage_prompt_tokens": (int,)}
+ANSWERED_FIELDS: dict[str, tuple[type, ...]] = {"total_s": (int, float), "cached_tokens": (int,), "usage_prompt_tokens": (int,),
+                                                "first_chunk_s": (int, float)}
+TTFT_PERCENTILES = (50, 90, 99)  # of the client's time to the first streamed chunk (vllm bench serve's TTFT)
 FAILED_FIELDS: dict[str, tuple[type, ...]] = {"error": (str,)}  # a failed line keeps its reason
 NEAR_BLOCKS = 2  # a prediction off by at most this many blocks counts as near (the table's second count)
 RUN_FILES = ("run.yaml", "client.jsonl", "metrics_start.prom", "metrics.prom", "server.log", sent.NAME)
@@ -340,6 +343,8 @@ def register_numbers(writer: Any, results: list[RunResult]) -> None:
             writer.add(p + "stored_chunks", float(r.stored_chunks), "blocks", note="offloaded blocks stored: store-bytes counter / bytes of a block")
             for model, n in x.table.attrs["stored_chunks"].items():
                 writer.add(p + f"{model}.stored_chunks", int(n), "blocks")
+        for q in TTFT_PERCENTILES:  # the run's own request set; ITL and TPOT need chunk times these runs did not keep
+            writer.add(p + f"p{q}_ttft_ms", 1000 * float(np.percentile(r.requests.first_chunk_s, q)), "ms")
         writer.add(p + "agree", int(x.table.agrees.sum()), "requests")
         writer.add(p + "sequential.agree", int(x.table.seq_agrees.sum()), "requests")
         writer.add(p + "waited", x.admission.waited, "requests")

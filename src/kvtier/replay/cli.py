@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a prompt over --prompt-limit: send it (the server refuses it: a failed line), truncate it, or refuse the run")
     p.add_argument("--metrics-interval", type=float, default=1.0, help="seconds between /metrics samples (metrics_series.csv.gz)")
     p.add_argument("--host-interval", type=float, default=2.0, help="seconds between load samples (host_series.csv)")
+    p.add_argument("--report-wait", type=float, help="seconds to wait after the last answer so the server logs the report "
+                                                     "covering it (default: its report interval + 2 s; 0 where no one reads the log's reports)")
     p.add_argument("--url", help="attach to a running server instead of launching one")
     p.add_argument("--api-key")
     p.add_argument("--request-timeout", type=float, default=600.0)
@@ -192,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
             counts = replay(turns, new_client, out / "client.jsonl", max_duration_s=a.max_duration, workers=a.workers,
                             progress=not a.no_progress)
         if server is not None:  # let the server print the report that covers the last requests
-            time.sleep(STATS_INTERVAL_S + 2)
+            time.sleep(STATS_INTERVAL_S + 2 if a.report_wait is None else a.report_wait)
         meta["metrics_series"] = metrics_series.stop()
         metrics_series = None
         with ServingClient(url, name, timeout_s=a.request_timeout, api_key=key) as probe:
