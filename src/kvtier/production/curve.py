@@ -242,6 +242,12 @@ def register_numbers(writer: Any, runs: list[CurveRun], load_threshold: float, s
                 for pq in benchjson.PERCENTILES:
                     writer.add(q + f"p{pq}_{m}_ms", float(x.bench[f"p{pq}_{m}_ms"]), "ms")
     writer.reading(*files)
+    diffs = [100 * abs(x.shares("measured")[k] - float(np.median([y.shares("measured")[k] for y in g if not y.flagged])))
+             for g in groups if any(not y.flagged for y in g) for x in g if x.flagged
+             for k in ("share_gpu", "share_pool", "share_computed")]
+    if diffs:
+        writer.add("curve.flagged_max_diff_points", max(diffs), "count",
+                   note="largest gap between a flagged run's share and its size's median over the kept runs, points")
     writer.add("curve.worst_spread_points", worst_spread, "count", note="largest same-size spread of the pool's two shares, points")
     writer.add("curve.worst_error_points", worst_gap, "count", note="largest gap, simulated less measured, any run and source, points")
     writer.add("curve.pool_share_monotone", int(monotone), "count", note="1: the median pool share never falls as the pool grows")
