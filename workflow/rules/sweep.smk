@@ -52,3 +52,44 @@ rule sweep_cpu:
         ANALYSIS_ENV
     script:
         "../scripts/sweep_cpu.py"
+
+
+# The measured pool-size curve (note appendix, after the sweep): one fixed stream at several pool
+# sizes, each launched repeatedly (experiments.curve writes the runs) -> curve.* numbers (medians,
+# ranges, the simulator's error per size, each run's load), a tidy table, one `vllm bench
+# serve`-shaped results JSON per run, and the figure. No pinned run under curve.records: left out.
+from kvtier.production.curve import run_folders as curve_run_folders
+
+CURVE_CFG = config["curve"]
+CURVE_RUNS = curve_run_folders(MANIFEST, CURVE_CFG["records"])
+if CURVE_RUNS:
+    NUMBERS.append("results/numbers/curve.json")
+    FIGURES["curve_cpu"] = "figures/curve_cpu.svg"
+    EXTRA_TARGETS.extend(["results/tidy/curve_cpu.csv", "results/bench/curve_cpu"])
+
+
+rule curve_cpu:
+    message:
+        "Measured pool-size curve: {params.nruns} runs of one fixed stream -> medians and ranges per pool size beside the simulator"
+    input:
+        code=PACKAGE_CODE,
+        records=lambda wc: lab_wf.pinned_under(MANIFEST, CURVE_CFG["records"]),
+        manifest=MANIFEST,
+    output:
+        numbers="results/numbers/curve.json",
+        tidy="results/tidy/curve_cpu.csv",
+        bench=directory("results/bench/curve_cpu"),
+        svg=report("figures/curve_cpu.svg", caption="../report/curve_cpu.rst", category="Beyond the note"),
+    params:
+        runs=CURVE_RUNS,
+        nruns=len(CURVE_RUNS),
+        load_threshold=CURVE_CFG["load_threshold"],
+        steal_threshold=CURVE_CFG["steal_threshold"],
+    log:
+        "logs/curve_cpu.log",
+    benchmark:
+        "results/benchmarks/curve_cpu.tsv"
+    conda:
+        ANALYSIS_ENV
+    script:
+        "../scripts/curve_cpu.py"

@@ -19,14 +19,20 @@ from .promtext import Snapshot
 from ..yamlio import load_yaml
 
 FIELDS = ("status", "prompt_tokens_sent", "usage_prompt_tokens", "cached_tokens", "completion_tokens")
+FAILED_FIELDS = ("status", "prompt_tokens_sent", "error")  # a failed request keeps its reason, not an answer's usage
 
 
 def read_client(path: str | Path, run_seconds: float | None = None) -> list[dict[str, Any]]:
-    """The client log's lines, each checked for the fields the sums need, and by the run contract
-    (runcontract.client_lines: times that can be, no request twice, the last line whole)."""
+    """The client log's lines, each checked for the fields the sums need: an answered line
+    (status ok) for its usage, a failed line (status failed: an HTTP error such as a prompt over
+    max_model_len, a timeout) for its reason; and by the run contract (runcontract.client_lines:
+    times that can be, no request twice, the last line whole). Failed lines are kept, and left
+    out of the sums."""
     rows = []
     for i, _, r in runcontract.client_lines(path, run_seconds, not_json="not a JSON object"):
-        missing = [k for k in FIELDS if k not in r]
+        if r.get("status") not in ("ok", "failed"):
+            raise RawRecordError(path, "client record has no status 'ok' or 'failed'", line=i)
+        missing = [k for k in (FIELDS if r["status"] == "ok" else FAILED_FIELDS) if k not in r]
         if missing:
             raise RawRecordError(path, f"client record lacks {', '.join(missing)}", line=i)
         r["_line"] = i

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
+import numpy as np
 import pandas as pd
 
 from ..errors import RawRecordError
@@ -48,9 +49,12 @@ SOURCES = ("gpu", "pool", "computed")
 MODELS = ("measured", "simulated", "sequential")  # counters; the replay as the server ran it; one at a time
 # client.jsonl: the fields a sweep reads from every line, and their types
 CLIENT_FIELDS: dict[str, tuple[type, ...]] = {
-    "session": (int,), "index": (int,), "status": (str,), "sent_s": (int, float), "total_s": (int, float),
+    "session": (int,), "index": (int,), "status": (str,), "sent_s": (int, float),
     "prompt_tokens_sent": (int,), "max_tokens": (int,)}
-ANSWERED_FIELDS: dict[str, tuple[type, ...]] = {"cached_tokens": (int,), "usage_prompt_tokens": (int,)}
+ANSWERED_FIELDS: dict[str, tuple[type, ...]] = {"total_s": (int, float), "cached_tokens": (int,), "usage_prompt_tokens": (int,),
+                                                "first_chunk_s": (int, float)}
+TTFT_PERCENTILES = (50, 90, 99)  # of the client's time to the first streamed chunk (vllm bench serve's TTFT)
+FAILED_FIELDS: dict[str, tuple[type, ...]] = {"error": (str,)}  # a failed line keeps its reason
 NEAR_BLOCKS = 2  # a prediction off by at most this many blocks counts as near (the table's second count)
 RUN_FILES = ("run.yaml", "client.jsonl", "metrics_start.prom", "metrics.prom", "server.log", sent.NAME)
 
@@ -61,19 +65,26 @@ def read_client_log(path: str | Path, extra: dict[str, tuple[type, ...]] | None 
     A line that is not JSON, lacks a field or has one of the wrong type is an error naming it, so
     is one the run contract refuses (runcontract.client_lines: impossible times, a request twice,
     a cut last line; `run_seconds`: the observation's length, host.yaml).
-    `extra`: more fields an answered line must have (name: types), kept as columns."""
+    `extra`: more fields an answered line must have (name: types), kept as columns. A failed
+    request (status failed, with its reason) is left out and counted: `attrs["failed"]`, and
+    `attrs["failed_lines"]` its line numbers; the counters are then checked against the answered
+    requests only (a request the server refused never reached its counters)."""
     path = Path(path)
     extra = extra or {}
     rows = []
+    failed: list[int] = []
     seen: dict[tuple[int, int], int] = {}
     for lineno, line, rec in runcontract.client_lines(path, run_seconds):
-        want = dict(CLIENT_FIELDS, **(dict(ANSWERED_FIELDS, **extra) if rec.get("status") == "ok" else {}))
+        if rec.get("status") not in ("ok", "failed"):
+            raise RawRecordError(path, f"status {rec.get('status')!r}, expected 'ok' or 'failed'", line=lineno, record=line)
+        want = dict(CLIENT_FIELDS, **(dict(ANSWERED_FIELDS, **extra) if rec["status"] == "ok" else FAILED_FIELDS))
         for name, types in want.items():
             v = rec.get(name)
             if v is None or isinstance(v, bool) or not isinstance(v, types):
                 raise RawRecordError(path, f"field {name!r} is {v!r}, expected {' or '.join(t.__name__ for t in types)}",
                                      line=lineno, record=line)
         if rec["status"] != "ok":
+            failed.append(lineno)
             continue
         key = (rec["session"], rec["index"])
         if key in seen:
@@ -86,8 +97,10 @@ def read_client_log(path: str | Path, extra: dict[str, tuple[type, ...]] | None 
             raise RawRecordError(path, f"cached_tokens {rec['cached_tokens']} outside 0..{rec['prompt_tokens_sent']}", line=lineno)
         rows.append({**{k: rec[k] for k in (*CLIENT_FIELDS, *ANSWERED_FIELDS, *extra)}, "line": lineno})
     if not rows:
-        raise RawRecordError(path, "no answered request")
-    return pd.DataFrame(rows)
+        raise RawRecordError(path, "no answered request" + (f" ({len(failed)} failed)" if failed else ""))
+    out = pd.DataFrame(rows)
+    out.attrs.update(failed=len(failed), failed_lines=failed)
+    return out
 
 
 @dataclass(frozen=True)
@@ -145,8 +158,9 @@ def read_run(run_dir: str | Path) -> SweepRun:
         if not isinstance(meta, dict) or key not in meta:
             raise RawRecordError(run_dir / "run.yaml", f"no {key!r} entry (not a kvtier-replay run record)")
     log = runcontract.check_run_folder(run_dir)  # counters, one server run, one geometry, job lines
-    reqs = read_client_log(run_dir / "client.jsonl", run_seconds=runcontract.observation_seconds(run_dir / "host.yaml")) \
-        .sort_values(["sent_s", "line"], kind="stable").reset_index(drop=True)
+    answered = read_client_log(run_dir / "client.jsonl", run_seconds=runcontract.observation_seconds(run_dir / "host.yaml"))
+    reqs = answered.sort_values(["sent_s", "line"], kind="stable").reset_index(drop=True)
+    reqs.attrs.update(answered.attrs)
     worker = log.worker
     shape = shape_from(run_dir / "metrics_start.prom", worker)
     shape["step_tokens"] = step_tokens_of(run_dir / "server.log")  # the scheduler's budget: when stores are offered
@@ -338,6 +352,8 @@ def register_numbers(writer: Any, results: list[RunResult]) -> None:
             writer.add(p + "stored_chunks", float(r.stored_chunks), "blocks", note="offloaded blocks stored: store-bytes counter / bytes of a block")
             for model, n in x.table.attrs["stored_chunks"].items():
                 writer.add(p + f"{model}.stored_chunks", int(n), "blocks")
+        for q in TTFT_PERCENTILES:  # the run's own request set; ITL and TPOT need chunk times these runs did not keep
+            writer.add(p + f"p{q}_ttft_ms", 1000 * float(np.percentile(r.requests.first_chunk_s, q)), "ms")
         writer.add(p + "agree", int(x.table.agrees.sum()), "requests")
         writer.add(p + "sequential.agree", int(x.table.seq_agrees.sum()), "requests")
         writer.add(p + "waited", x.admission.waited, "requests")

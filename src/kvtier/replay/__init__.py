@@ -6,13 +6,13 @@ thread per session, and writes a per-request client log.
 """
 
 
-def opt_in_capture(capture: dict) -> list[str]:
-    """Input of the opt-in capture rule: nothing, or a clear refusal when it was not switched on."""
+def opt_in_capture(capture: dict, rule: str = "production_capture_cpu", key: str = "capture") -> list[str]:
+    """Input of an opt-in capture rule: nothing, or a clear refusal when it was not switched on."""
     from ..snake import activated
 
     if not activated(capture["activate"]):
-        raise ValueError("production_capture_cpu launches vLLM and writes raw/; enable it with "
-                         "--config 'experiments={\"capture\": {\"activate\": true}}' (see config/config.yaml, experiments.capture)")
+        raise ValueError(f"{rule} launches vLLM and writes raw/; enable it with "
+                         f"--config 'experiments={{\"{key}\": {{\"activate\": true}}}}' (see config/config.yaml, experiments.{key})")
     return []
 
 

@@ -8,6 +8,11 @@ Examples
       --served-model-name tiny --tier native --offload-gib 0.125 --vllm-bin .venv-vllm/bin/vllm \
       --server-arg=--block-size=64 --server-arg=--kv-cache-memory-bytes=67108864
 
+  # a fixed stream (the measured pool-size curve): 24 sessions by name order, the first 240 turns
+  # in trace arrival order, one request in flight, a new folder per launch
+  kvtier-replay --trace kv-cache-tester:TRACES.tgz --sessions 24 --session-gap 0 --fixed-order --count 240 \
+      --in-flight 1 --out raw/production/cpu-curve/pool-0.03125-r1 ...
+
   # the same against a server that is already running
   kvtier-replay --trace mooncake:conversation_trace.jsonl --limit 500 --scale 0.01 --url http://127.0.0.1:8000 --out out/
 
@@ -16,8 +21,11 @@ first chunk), run.yaml (trace, scaling, server), host.yaml (the host, and for a 
 observation period its counters cover, as the production pipeline reads it), metrics.prom (the
 /metrics snapshot at the end), metrics_start.prom, sent_blocks.npz (every answered prompt as the
 server's prefix cache sees it: chained block ids at its block size, kvtier.replay.sent), and
-server.log for a launched server. Rerun with the same --out to
-resume after the last answered request of each session.
+server.log for a launched server, host_series.csv (load and CPU steal every few seconds) and
+metrics_series.csv.gz (the cache's /metrics families every second; kvtier.replay.monitor). Rerun
+with the same --out to resume after the last answered request of each session; a --fixed-order
+run needs a new --out (it is sent whole or not at all) and records the sent stream's sha256 in
+run.yaml (stream.digest).
 """
 
 from __future__ import annotations
@@ -40,9 +48,10 @@ from ..serving.client import RequestFailed, ServingClient
 from ..serving import redact
 from ..serving.redact import scrub_file, secret_values
 from ..serving.server import PreflightError, ServerDied, VllmServer, preflight
-from .client import replay
+from .client import replay, replay_fixed
 from . import sent
-from .schedule import TRACE_KINDS, Scaling, Turn, schedule_for
+from .monitor import HostSeries, MetricsSeries
+from .schedule import OVER_LIMIT, TRACE_KINDS, Scaling, Turn, fixed_order, limit_prompts, schedule_for, stream_digest
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="a new folder for the records (refused if it exists, unless --resume)")
     p.add_argument("--resume", action="store_true", help="continue the unpinned run in --out after its last answered request")
     p.add_argument("--sessions", type=int, default=8, help="kv-cache-tester: conversations replayed, in file order")
+    p.add_argument("--session-ids", help="kv-cache-tester: comma-separated conversation file names or stems (instead of the first --sessions)")
     p.add_argument("--session-gap", type=float, default=30.0, help="kv-cache-tester: seconds between session starts (after compression)")
     p.add_argument("--limit", type=int, help="mooncake: requests replayed")
     p.add_argument("--scale", type=float, default=0.05, help="token counts x this factor")
@@ -60,6 +70,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-duration", type=float, default=600.0, help="seconds after which no new request is sent")
     p.add_argument("--workers", type=int, default=8, help="requests in flight at most")
+    p.add_argument("--fixed-order", action="store_true",
+                   help="send a fixed stream: trace arrival order, --in-flight at most, no clock (needs a new --out)")
+    p.add_argument("--count", type=int, help="--fixed-order: the first COUNT requests of the stream (default: all)")
+    p.add_argument("--in-flight", type=int, default=1, help="--fixed-order: requests in flight at most")
+    p.add_argument("--prompt-limit", type=int, help="prompt + answer tokens a request may have (default: --max-model-len)")
+    p.add_argument("--over-limit", choices=OVER_LIMIT, default="send",
+                   help="a prompt over --prompt-limit: send it (the server refuses it: a failed line), truncate it, or refuse the run")
+    p.add_argument("--metrics-interval", type=float, default=1.0, help="seconds between /metrics samples (metrics_series.csv.gz)")
+    p.add_argument("--host-interval", type=float, default=2.0, help="seconds between load samples (host_series.csv)")
+    p.add_argument("--report-wait", type=float, help="seconds to wait after the last answer so the server logs the report "
+                                                     "covering it (default: its report interval + 2 s; 0 where no one reads the log's reports)")
     p.add_argument("--url", help="attach to a running server instead of launching one")
     p.add_argument("--api-key")
     p.add_argument("--request-timeout", type=float, default=600.0)
@@ -71,7 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
 def schedule(a: argparse.Namespace, s: Scaling) -> list[Turn]:
     if a.trace.partition(":")[0] not in TRACE_KINDS:
         raise SystemExit(f"error: --trace must start with kv-cache-tester: or mooncake:, not {a.trace!r}")
-    return schedule_for(a.trace, s, sessions=a.sessions, session_gap_s=a.session_gap, limit=a.limit)
+    members = [m.strip() for m in a.session_ids.split(",") if m.strip()] if a.session_ids else None
+    turns = schedule_for(a.trace, s, sessions=a.sessions, session_gap_s=a.session_gap, limit=a.limit, members=members)
+    return fixed_order(turns, a.count) if a.fixed_order else turns
 
 
 STATS_INTERVAL_S = 10  # vLLM's default report interval (--disable-log-stats off)
@@ -89,24 +112,27 @@ def end_log_with_newline(path: Path) -> None:
 
 
 def server_block_tokens(metrics: Path) -> int:
-    """The server's block size, from its own /metrics (vllm:cache_config_info)."""
-    from ..production.promtext import read_prometheus
+    """The server's block size, from its own /metrics (vllm:cache_config_info); read with
+    prometheus_client's parser (the vLLM venv has it; it has no pandas)."""
+    from prometheus_client.parser import text_string_to_metric_families
 
-    info = read_prometheus(metrics).select("vllm:cache_config_info")
-    if info.empty or "block_size" not in dict(info["labels"].iloc[0]):
-        raise SystemExit(f"error: {metrics} has no vllm:cache_config_info block_size")
-    return int(dict(info["labels"].iloc[0])["block_size"])
+    for fam in text_string_to_metric_families(metrics.read_text(encoding="utf-8")):
+        for s in fam.samples:
+            if s.name == "vllm:cache_config_info" and "block_size" in s.labels:
+                return int(s.labels["block_size"])
+    raise SystemExit(f"error: {metrics} has no vllm:cache_config_info block_size")
 
 
 def _now() -> dt.datetime:
     return dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
 
 
-def host_record(facts: dict, software: dict, started: dt.datetime | None, ended: dt.datetime) -> dict:
+def host_record(facts: dict, software: dict, started: dt.datetime | None, ended: dt.datetime,
+                series: dict | None = None) -> dict:
     """host.yaml: the host facts, and (launched server) the observation period in the production
     pipeline's terms — from the launch (its counters start then) to the server's stop, after the
     final /metrics snapshot (no request was sent in between), the year its log lines omit, and vLLM's report interval (its default: ten seconds)."""
-    rec: dict = {"host": {**facts, "load_average_end": load_average()},
+    rec: dict = {"host": {**facts, "load_average_end": load_average(), **({"series": series} if series else {})},
                  "server": {"vllm_version": software.get("vllm"), "stats_interval_s": STATS_INTERVAL_S}}
     if started is not None:  # attached: the counters' start is not ours to know
         rec["observation"] = {"start": started.isoformat(), "end": ended.isoformat(), "log_year": started.year}
@@ -115,13 +141,18 @@ def host_record(facts: dict, software: dict, started: dt.datetime | None, ended:
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
+    s = Scaling(scale=a.scale, compress=a.compress, vocab_size=a.vocab_size, max_tokens_cap=a.max_tokens_cap, seed=a.seed)
+    turns = schedule(a, s)
+    limit = a.prompt_limit or a.max_model_len
+    try:
+        turns, over = limit_prompts(turns, limit, a.over_limit)
+    except ValueError as e:
+        raise SystemExit(f"error: {e}") from None
     try:
         out = claim(a.out, resume=a.resume)  # before any server: a new folder, or an unpinned run resumed
     except ManifestError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    s = Scaling(scale=a.scale, compress=a.compress, vocab_size=a.vocab_size, max_tokens_cap=a.max_tokens_cap, seed=a.seed)
-    turns = schedule(a, s)
     software = versions(None if a.url else a.vllm_bin)
     spec = _spec(a, "cuda" if a.url and a.platform == "auto" else _platform(a, software))
     key = api_key(a)
@@ -131,9 +162,17 @@ def main(argv: list[str] | None = None) -> int:
             "sessions": a.sessions if a.trace.startswith("kv-cache-tester") else None, "limit": a.limit,
             "scaling": {"scale": s.scale, "compress": s.compress, "session_gap_s": a.session_gap, "vocab_size": s.vocab_size,
                         "max_tokens_cap": s.max_tokens_cap, "seed": s.seed},
-            "turns": len(turns), "max_duration_s": a.max_duration, "versions": software,
+            "session_ids": a.session_ids.split(",") if a.session_ids else None,
+            "turns": len(turns), "max_duration_s": None if a.fixed_order else a.max_duration, "versions": software,
+            "prompt_limit": {"tokens": limit, "over_limit": a.over_limit, "over": over},
             "server": {"mode": "attached", "url": a.url} if a.url else launched_server_meta(spec)}
+    if a.fixed_order:
+        meta["stream"] = {"mode": "fixed-order", "order": "trace arrival time, then session, then turn",
+                          "count": a.count, "requests": len(turns), "in_flight": a.in_flight,
+                          "digest": stream_digest(turns), "digest_of": "sha256 of each request's token ids and max_tokens, in send order"}
     facts = host_info()
+    host_series = HostSeries(out, a.host_interval).start()
+    metrics_series = None
     started, done = None, False
     try:
         if not a.url:
@@ -151,12 +190,22 @@ def main(argv: list[str] | None = None) -> int:
             if not (out / "metrics_start.prom").exists():
                 (out / "metrics_start.prom").write_text(probe.metrics_text(), encoding="utf-8")
             name = probe.model
-        counts = replay(turns, lambda: ServingClient(url, name, timeout_s=a.request_timeout, api_key=key),
-                        out / "client.jsonl", max_duration_s=a.max_duration, workers=a.workers, progress=not a.no_progress)
+        scraper = ServingClient(url, name, timeout_s=30.0, api_key=key)
+        metrics_series = MetricsSeries(out, scraper.metrics_text, a.metrics_interval).start()
+        new_client = lambda: ServingClient(url, name, timeout_s=a.request_timeout, api_key=key)  # noqa: E731
+        if a.fixed_order:
+            counts = replay_fixed(turns, new_client, out / "client.jsonl", in_flight=a.in_flight, progress=not a.no_progress)
+        else:
+            counts = replay(turns, new_client, out / "client.jsonl", max_duration_s=a.max_duration, workers=a.workers,
+                            progress=not a.no_progress)
         if server is not None:  # let the server print the report that covers the last requests
-            time.sleep(STATS_INTERVAL_S + 2)
+            time.sleep(STATS_INTERVAL_S + 2 if a.report_wait is None else a.report_wait)
+        meta["metrics_series"] = metrics_series.stop()
+        metrics_series = None
         with ServingClient(url, name, timeout_s=a.request_timeout, api_key=key) as probe:
             (out / "metrics.prom").write_text(probe.metrics_text(), encoding="utf-8")
+        meta["counts"] = counts
+        (out / "run.yaml").write_text(yaml.safe_dump(meta, sort_keys=False), encoding="utf-8")
         sent.write(out, turns, server_block_tokens(out / "metrics.prom"))  # the stream, in the server's blocks
         done = True
     except (PreflightError, ServerDied, RequestFailed) as e:
@@ -167,12 +216,16 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 143 if isinstance(e, Terminated) else 130
     finally:
+        if metrics_series is not None:
+            metrics_series.stop()
         if server is not None:
             server.stop()
             end_log_with_newline(out / "server.log")
         if done:  # the observation ends when the server stops (its log ends there), after the final snapshot
-            (out / "host.yaml").write_text(yaml.safe_dump(host_record(facts, software, started, _now()), sort_keys=False),
-                                           encoding="utf-8")
+            (out / "host.yaml").write_text(yaml.safe_dump(host_record(facts, software, started, _now(), host_series.stop()),
+                                                          sort_keys=False), encoding="utf-8")
+        else:
+            host_series.stop()
         scrub_file(out / "server.log", secret_values(spec.command(), {**os.environ, **spec.env, "API_KEY": key or ""}))
     print(f"{out}: {counts}")
     return 0

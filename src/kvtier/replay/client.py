@@ -4,11 +4,21 @@ A turn is sent at its arrival time, or when its session's previous turn has fini
 later (a session is a conversation: its next prompt exists only once the last answer came). The
 run stops scheduling after `max_duration_s`; every finished request is one line of the client log
 (append-only, flushed), and a rerun with the same log skips what finished and goes on.
+
+`replay_fixed` sends a fixed stream instead (kvtier-replay --fixed-order): one global order, at
+most `in_flight` requests at once, request i+1 never before request i, no clock: what the server
+receives does not depend on how fast it answers.
+
+A failed request (an HTTP error such as 400 for a prompt over max_model_len, a timeout) is a line
+with status "failed", its HTTP status where there is one, and the reason; its session goes on (the
+next prompt is the trace's, not built from the answer), so one refusal does not silently drop the
+rest of a conversation.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import defaultdict, deque
@@ -34,6 +44,26 @@ def finished(log_path: Path) -> set[tuple[int, int]]:
             if r["status"] == "ok":
                 done.add((r["session"], r["index"]))
     return done
+
+
+def http_status(error: str) -> int | None:
+    """The HTTP status a RequestFailed message names (serving.client writes 'HTTP 400: ...')."""
+    m = re.search(r"HTTP (\d{3})", error)
+    return int(m.group(1)) if m else None
+
+
+def answer_fields(r: Any) -> dict[str, Any]:
+    """A client-log line's fields for an answered request (a serving.client.StreamResult)."""
+    usage = r.usage or {}
+    return dict(status="ok", error=None, first_chunk_s=r.first_chunk_s, total_s=round(r.total_s, 6),
+                usage_prompt_tokens=usage.get("prompt_tokens"),
+                cached_tokens=(usage.get("prompt_tokens_details") or {}).get("cached_tokens"),
+                completion_tokens=usage.get("completion_tokens"),
+                chunk_s=[round(x, 5) for x in r.chunk_s])
+
+
+def failure_fields(e: Exception) -> dict[str, Any]:
+    return dict(status="failed", error=str(e), http_status=http_status(str(e)))
 
 
 class _Log:
@@ -70,13 +100,9 @@ def replay(turns: list[Turn], new_client: Callable[[], ServingClient], log_path:
         try:
             r = local.client.stream_completion(t.prompt, t.max_tokens, ignore_eos=True)
         except RequestFailed as e:
-            rec.update(status="failed", error=str(e))
+            rec.update(failure_fields(e))
         else:
-            usage = r.usage or {}
-            rec.update(status="ok", error=None, first_chunk_s=r.first_chunk_s, total_s=round(r.total_s, 6),
-                       usage_prompt_tokens=usage.get("prompt_tokens"),
-                       cached_tokens=(usage.get("prompt_tokens_details") or {}).get("cached_tokens"),
-                       completion_tokens=usage.get("completion_tokens"))
+            rec.update(answer_fields(r))
         log.write(rec)
         if rec["status"] != "ok":
             raise RequestFailed(rec["error"])
@@ -104,11 +130,54 @@ def replay(turns: list[Turn], new_client: Callable[[], ServingClient], log_path:
             ready, _ = wait(list(busy), timeout=min(timeout, 1.0) if timeout is not None else 1.0, return_when=FIRST_COMPLETED)
             for f in ready:
                 s = busy.pop(f)
-                if f.exception() is None:
-                    counts["ok"] += 1
-                else:  # a failed turn ends its session: the next prompt would not be what the trace sent
-                    counts["failed"] += 1
-                    counts["unsent"] += len(heads.pop(s, ()))
+                counts["ok" if f.exception() is None else "failed"] += 1  # the session goes on either way
+                bar.update(1)
+    bar.close()
+    return counts
+
+
+def replay_fixed(turns: list[Turn], new_client: Callable[[], ServingClient], log_path: str | Path, *,
+                 in_flight: int = 1, progress: bool = True) -> dict[str, int]:
+    """Send `turns` in their order (schedule.fixed_order): at most `in_flight` at once; request
+    i+1 is sent only after request i was, and a turn whose session still has one in flight waits
+    for it (and every later request waits behind it). The log must be new: a fixed stream is sent
+    whole by one launch, never resumed. Each line carries `order`, the request's place in the stream."""
+    log_path = Path(log_path)
+    if log_path.exists():
+        raise FileExistsError(f"{log_path}: a fixed stream writes a new client log (no resume)")
+    log = _Log(log_path)
+    local = threading.local()
+    t0 = time.monotonic()
+    counts = {"sent": 0, "ok": 0, "failed": 0, "skipped": 0, "unsent": 0}
+
+    def send(order: int, t: Turn) -> bool:
+        if not hasattr(local, "client"):
+            local.client = new_client()
+        rec: dict[str, Any] = {"order": order, "session": t.session, "index": t.index, "at_s": round(t.at_s, 4),
+                               "sent_s": round(time.monotonic() - t0, 4), "prompt_tokens_sent": len(t.prompt),
+                               "trace_tokens": t.trace_tokens, "max_tokens": t.max_tokens}
+        try:
+            r = local.client.stream_completion(t.prompt, t.max_tokens, ignore_eos=True)
+        except RequestFailed as e:
+            rec.update(failure_fields(e))
+        else:
+            rec.update(answer_fields(r))
+        log.write(rec)
+        return rec["status"] == "ok"
+
+    busy: dict[Future[bool], int] = {}
+    bar = tqdm(total=len(turns), disable=not progress, unit="req", desc="replay (fixed order)")
+    with ThreadPoolExecutor(max_workers=max(1, in_flight)) as pool:
+        i = 0
+        while i < len(turns) or busy:
+            while i < len(turns) and len(busy) < max(1, in_flight) and turns[i].session not in busy.values():
+                busy[pool.submit(send, i, turns[i])] = turns[i].session
+                counts["sent"] += 1
+                i += 1
+            ready, _ = wait(list(busy), return_when=FIRST_COMPLETED)
+            for f in ready:
+                busy.pop(f)
+                counts["ok" if f.result() else "failed"] += 1
                 bar.update(1)
     bar.close()
     return counts

@@ -22,7 +22,7 @@ import yaml
 
 from ..errors import RawRecordError, jsonl_records
 from ..sim.requests import token_chain
-from .schedule import Scaling, Turn, schedule_for
+from .schedule import Scaling, Turn, fixed_order, limit_prompts, schedule_for
 from ..yamlio import load_yaml
 
 NAME = "sent_blocks.npz"
@@ -91,9 +91,13 @@ def schedule_of(run_dir: Path) -> list[Turn]:
     sc = meta["scaling"]
     s = Scaling(scale=sc["scale"], compress=sc["compress"], vocab_size=sc["vocab_size"],
                 max_tokens_cap=sc["max_tokens_cap"], seed=sc["seed"])
+    stream, lim = meta.get("stream") or {}, meta.get("prompt_limit") or {}
     try:
-        return schedule_for(str(meta["trace"]), s, sessions=meta.get("sessions"), session_gap_s=float(sc["session_gap_s"]),
-                            limit=meta.get("limit"), where="trace")
+        turns = schedule_for(str(meta["trace"]), s, sessions=meta.get("sessions"), session_gap_s=float(sc["session_gap_s"]),
+                             limit=meta.get("limit"), where="trace", members=meta.get("session_ids"))
+        if stream.get("mode") == "fixed-order":
+            turns = fixed_order(turns, stream.get("count"))
+        return limit_prompts(turns, lim.get("tokens"), lim.get("over_limit", "send"))[0]
     except ValueError as e:
         raise RawRecordError(run_dir / "run.yaml", str(e)) from None
 

@@ -36,6 +36,7 @@ class StreamResult:
     usage: dict[str, Any] = field(default_factory=dict)
     http_status: int = 200
     logprobs: list[dict[str, Any]] | None = None  # per generated token: token, logprob, top [[token, logprob], ...]
+    chunk_s: list[float] = field(default_factory=list)  # arrival of every chunk that carries a choice (vllm bench's ITL: their gaps)
 
     def as_record(self) -> dict[str, Any]:
         return asdict(self)
@@ -134,6 +135,7 @@ class ServingClient:
         t0 = time.perf_counter()
         first_byte = first_chunk = ttft = None
         parts: list[str] = []
+        chunk_times: list[float] = []
         usage: dict[str, Any] = {}
         logprobs: list[dict[str, Any]] | None = [] if body.get("logprobs") else None
         finish = None
@@ -183,6 +185,8 @@ class ServingClient:
                                             f"asked for (line {n_line})")
                     if chunk.get("usage"):
                         usage = chunk["usage"]
+                    if chunk.get("choices"):
+                        chunk_times.append(now)
                     for choice in chunk.get("choices", []):
                         if first_chunk is None:
                             first_chunk = now
@@ -202,7 +206,7 @@ class ServingClient:
             raise RequestFailed(f"POST {path}: the stream ended after {n_line} lines "
                                 f"{'without a finish reason' if finish is None else 'before data: [DONE]'}: a cut answer")
         return StreamResult(ttft, first_chunk, first_byte, time.perf_counter() - t0, "".join(parts), finish, usage,
-                            logprobs=logprobs)
+                            logprobs=logprobs, chunk_s=chunk_times)
 
 
 def _error_of(text: str) -> str | None:

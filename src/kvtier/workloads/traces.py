@@ -65,26 +65,52 @@ def _flatten(requests: list[dict], offset: float, model: str, where: str) -> lis
     return out
 
 
-def kv_cache_tester_events(archive: str | Path, *, start_gap_s: float = 0.0,
-                           conversations: int | None = None) -> list[tuple[float, int, int, str, dict]]:
+def conversation_files(archive: str | Path, *, conversations: int | None = None,
+                       members: list[str] | None = None) -> Iterator[tuple[str, bytes]]:
+    """(name, JSON bytes) of the chosen conversations of a kv-cache-tester .tgz or of a folder of
+    its .json files, in name order: the first `conversations`, or those `members` names (a file
+    name or its stem, in the order given). A named conversation that is missing is an error."""
+    archive = Path(archive)
+    if archive.is_dir():
+        files = {f.name: f for f in sorted(archive.glob("*.json"))}
+        names = sorted(files)
+        read = lambda n: files[n].read_bytes()  # noqa: E731
+    else:
+        tar = tarfile.open(archive, "r:*")
+        by = {m.name.rsplit("/", 1)[-1]: m for m in tar.getmembers() if m.isfile() and m.name.endswith(".json")}
+        names = sorted(by, key=lambda n: by[n].name)
+        read = lambda n: tar.extractfile(by[n]).read()  # type: ignore[union-attr]  # noqa: E731
+    if members is not None:
+        want = [m if m.endswith(".json") else f"{m}.json" for m in members]
+        missing = [m for m in want if m not in names]
+        if missing:
+            raise RawRecordError(archive, f"no conversation {', '.join(missing)} (asked for by name)")
+        chosen = want
+    else:
+        chosen = names[:conversations]
+    for n in chosen:
+        yield n, read(n)
+
+
+def kv_cache_tester_events(archive: str | Path, *, start_gap_s: float = 0.0, conversations: int | None = None,
+                           members: list[str] | None = None) -> list[tuple[float, int, int, str, dict]]:
     """(time, conversation, id scope, model, request) of every request of the first `conversations`
-    conversations, by time. The conventions of `kv_cache_tester` below; kvtier-replay uses them too."""
+    conversations (or of those `members` names: conversation_files), by time. The conventions of
+    `kv_cache_tester` below; kvtier-replay uses them too."""
     events: list[tuple[float, int, int, str, dict]] = []
     scopes: dict[tuple[int, str], int] = {}
-    with tarfile.open(archive, "r:*") as tar:
-        members = sorted((m for m in tar.getmembers() if m.isfile() and m.name.endswith(".json")), key=lambda m: m.name)
-        for conv_no, m in enumerate(members[:conversations]):
-            where = f"{archive}:{m.name}"
-            try:
-                conv = json.load(tar.extractfile(m))  # type: ignore[arg-type]
-            except json.JSONDecodeError as e:
-                raise RawRecordError(where, f"not JSON ({e})") from None
-            if conv.get("block_size") != KVTESTER_BLOCK:
-                raise RawRecordError(where, f"block_size {conv.get('block_size')!r}, expected {KVTESTER_BLOCK}")
-            model = str((conv.get("models") or [""])[0])
-            for t, mdl, r in _flatten(conv["requests"], conv_no * start_gap_s, model, where):
-                scope = scopes.setdefault((conv_no, mdl), len(scopes) + 1)
-                events.append((t, conv_no, scope, mdl, r))
+    for conv_no, (name, data) in enumerate(conversation_files(archive, conversations=conversations, members=members)):
+        where = f"{archive}:{name}"
+        try:
+            conv = json.loads(data)
+        except json.JSONDecodeError as e:
+            raise RawRecordError(where, f"not JSON ({e})") from None
+        if conv.get("block_size") != KVTESTER_BLOCK:
+            raise RawRecordError(where, f"block_size {conv.get('block_size')!r}, expected {KVTESTER_BLOCK}")
+        model = str((conv.get("models") or [""])[0])
+        for t, mdl, r in _flatten(conv["requests"], conv_no * start_gap_s, model, where):
+            scope = scopes.setdefault((conv_no, mdl), len(scopes) + 1)
+            events.append((t, conv_no, scope, mdl, r))
     events.sort(key=lambda e: e[0])
     return events
 

@@ -1,0 +1,162 @@
+"""Series kept through a run: the host's load and CPU steal, and the server's /metrics.
+
+A shared two-core machine is part of what a CPU run measures; its load is recorded beside the
+run so that a run on a busy host can be flagged (kvtier.production.curve), not silently mixed in.
+
+- host_series.csv: every `interval_s` the 1/5/15-minute load averages (/proc/loadavg) and, over
+  the interval, the share of CPU time that was busy and that was stolen by the hypervisor
+  (/proc/stat's first line: user nice system idle iowait irq softirq steal ...).
+- metrics_series.csv.gz: every `interval_s` (1 s by default), the /metrics families that say what
+  the cache did (`SERIES_FAMILIES`), one row per sample: t_s, name, labels, value. Compressed and
+  filtered so a run folder stays small; the full text is kept at the start and the end.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+HOST_SERIES = "host_series.csv"
+METRICS_SERIES = "metrics_series.csv.gz"
+HOST_FIELDS = ("t_s", "load1", "load5", "load15", "busy_share", "steal_share")
+SERIES_FAMILIES = ("vllm:prompt_tokens_by_source_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+                   "vllm:request_success_total", "vllm:num_requests_running", "vllm:num_requests_waiting",
+                   "vllm:kv_cache_usage_perc", "vllm:num_preemptions_total", "vllm:prefix_cache_queries_total",
+                   "vllm:prefix_cache_hits_total", "vllm:kv_offload_store_bytes_total", "vllm:kv_offload_load_bytes_total")
+
+
+def read_loadavg(path: str | Path = "/proc/loadavg") -> tuple[float, float, float]:
+    parts = Path(path).read_text().split()
+    return float(parts[0]), float(parts[1]), float(parts[2])
+
+
+def read_cpu_times(path: str | Path = "/proc/stat") -> list[int]:
+    """The aggregate `cpu` line's jiffies: user nice system idle iowait irq softirq steal (guest
+    time is already inside user and nice)."""
+    for line in Path(path).read_text().splitlines():
+        if line.startswith("cpu "):
+            return [int(x) for x in line.split()[1:9]]
+    raise ValueError(f"{path}: no aggregate cpu line")
+
+
+def cpu_shares(before: list[int], after: list[int]) -> tuple[float, float]:
+    """(busy, steal) shares of the CPU time between two /proc/stat readings."""
+    d = [b - a for a, b in zip(before, after)]
+    total = sum(d)
+    if total <= 0:
+        return 0.0, 0.0
+    idle = d[3] + d[4]
+    return (total - idle) / total, d[7] / total
+
+
+class _Sampler(threading.Thread):
+    """Calls `step(t_s)` every `interval_s` until stopped (and once more at the stop)."""
+
+    def __init__(self, interval_s: float, step: Callable[[float], None]):
+        super().__init__(daemon=True)
+        self.interval_s, self.step, self.halt, self.t0 = interval_s, step, threading.Event(), time.monotonic()
+        self.errors = 0
+
+    def run(self) -> None:
+        while True:
+            try:
+                self.step(round(time.monotonic() - self.t0, 3))
+            except Exception:  # a missed sample is a gap in the series, never a failed run
+                self.errors += 1
+            if self.halt.wait(self.interval_s):
+                break
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(timeout=30)
+
+
+class HostSeries:
+    """host_series.csv in `out`, sampled every `interval_s`; `summary()` for host.yaml."""
+
+    def __init__(self, out: Path, interval_s: float = 2.0, proc: Path = Path("/proc")):
+        self.path, self.proc = out / HOST_SERIES, proc
+        self.rows: list[dict[str, float]] = []
+        self.f = open(self.path, "w", newline="", encoding="utf-8")
+        self.w = csv.DictWriter(self.f, fieldnames=HOST_FIELDS)
+        self.w.writeheader()
+        self.last = read_cpu_times(proc / "stat")
+        self.thread = _Sampler(interval_s, self._step)
+
+    def _step(self, t_s: float) -> None:
+        load = read_loadavg(self.proc / "loadavg")
+        now = read_cpu_times(self.proc / "stat")
+        busy, steal = cpu_shares(self.last, now)
+        self.last = now
+        row = dict(zip(HOST_FIELDS, (t_s, *load, round(busy, 4), round(steal, 4))))
+        self.rows.append(row)
+        self.w.writerow(row)
+        self.f.flush()
+
+    def start(self) -> "HostSeries":
+        self.thread.start()
+        return self
+
+    def stop(self) -> dict[str, float | int]:
+        self.thread.stop()
+        self.f.close()
+        return self.summary()
+
+    def summary(self) -> dict[str, float | int]:
+        rows = self.rows[1:] or self.rows  # the first sample's shares cover no interval
+        if not rows:
+            return {"samples": 0}
+        n = len(rows)
+        return {"samples": len(self.rows), "interval_s": self.thread.interval_s,
+                "load1_mean": round(sum(r["load1"] for r in rows) / n, 3), "load1_max": max(r["load1"] for r in rows),
+                "busy_share_mean": round(sum(r["busy_share"] for r in rows) / n, 4),
+                "steal_share_mean": round(sum(r["steal_share"] for r in rows) / n, 4),
+                "steal_share_max": max(r["steal_share"] for r in rows)}
+
+
+def series_rows(text: str, t_s: float, families: tuple[str, ...] = SERIES_FAMILIES) -> list[tuple[float, str, str, float]]:
+    """(t_s, name, labels, value) of every sample of `families` in one /metrics text."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out = []
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            base = s.name[:-len("_total")] if s.name.endswith("_total") else s.name
+            if s.name in families or base in families or f"{base}_total" in families:
+                if s.name.endswith("_created"):
+                    continue
+                labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()) if k not in ("engine", "model_name"))
+                out.append((t_s, s.name, labels, float(s.value)))
+    return out
+
+
+class MetricsSeries:
+    """metrics_series.csv.gz in `out`: `fetch()` (the /metrics text) every `interval_s`."""
+
+    def __init__(self, out: Path, fetch: Callable[[], str], interval_s: float = 1.0):
+        self.path, self.fetch = out / METRICS_SERIES, fetch
+        self.buf = io.StringIO()
+        self.w = csv.writer(self.buf)
+        self.w.writerow(("t_s", "name", "labels", "value"))
+        self.samples = 0
+        self.thread = _Sampler(interval_s, self._step)
+
+    def _step(self, t_s: float) -> None:
+        rows = series_rows(self.fetch(), t_s)
+        self.w.writerows(rows)
+        self.samples += 1
+
+    def start(self) -> "MetricsSeries":
+        self.thread.start()
+        return self
+
+    def stop(self) -> dict[str, float | int]:
+        self.thread.stop()
+        with gzip.open(self.path, "wt", encoding="utf-8", newline="") as f:
+            f.write(self.buf.getvalue())
+        return {"samples": self.samples, "interval_s": self.thread.interval_s, "missed": self.thread.errors}
