@@ -38,6 +38,15 @@ MODELLED: tuple[tuple[str, str], ...] = (
     ("lablive.*.agree", "the block simulator against the lab's counters"),
     ("lablive.*.pred_*", "the block simulator of the lab"),
     ("lablive.*.agrees", "the block simulator against the lab's counters"),
+    ("lablm.agree", "the block simulator (LMCache 0.5.6 policy) against the LMCache lab's counters"),
+    ("lablm.disagree", "the block simulator (LMCache 0.5.6 policy) against the LMCache lab's counters"),
+    ("lablm.*.agree", "the block simulator (LMCache 0.5.6 policy) against the LMCache lab's counters"),
+    ("lablm.*.disagree", "the block simulator (LMCache 0.5.6 policy) against the LMCache lab's counters"),
+    ("lablm.*.pred_*", "the block simulator of the lab (LMCache 0.5.6 policy)"),
+    ("curve.size.*.simulated.*", "the block simulator replaying the fixed stream"),
+    ("curve.size.*.exact", "the block simulator's per-request prediction"),
+    ("curve.exact", "the block simulator's per-request prediction"),
+    ("curve.worst_error_points", "the block simulator against the counters"),
 )
 
 # Keys under a modelled pattern that are not a model's output: the targets a fit is given and
