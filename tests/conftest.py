@@ -22,7 +22,9 @@ def copy_repo(dest: Path) -> Path:
 def snakemake(cwd: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     exe = Path(sys.executable).with_name("snakemake")
     cmd = [str(exe) if exe.exists() else "snakemake", "--cores", "2", *args]
-    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    # as in an activated venv (README command 1): a rule's `python` is the one running the tests
+    env = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1",
+           "PATH": os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])}
     done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=env)
     if check and done.returncode != 0:
         raise AssertionError(f"snakemake {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-6000:]}")

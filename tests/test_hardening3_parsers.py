@@ -169,7 +169,7 @@ READERS = {
     "worker job lines (groundtruth)": ("from kvtier.production.groundtruth import load_jobs as r; r(P)", b"INFO start\n"),
     "client log (sweep)": ("from kvtier.production.sweep import read_client_log as r; r(P)",
                            json.dumps({"session": 0, "index": 0, "status": "failed", "sent_s": 0.0, "total_s": 1.0,
-                                       "prompt_tokens_sent": 1, "max_tokens": 1}).encode() + b"\n"),
+                                       "prompt_tokens_sent": 1, "max_tokens": 1, "error": "HTTP 400"}).encode() + b"\n"),
     "scrape (promtext)": ("from kvtier.production.promtext import read_prometheus as r; r(P)", b"vllm:x_total 1.0\n"),
     "scrape (serving.metrics)": ("from kvtier.serving.metrics import Snapshot; Snapshot.read(P)", b"vllm:x_total 1.0\n"),
 }

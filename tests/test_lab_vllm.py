@@ -38,7 +38,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def live_run(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("cyclic")
+    out = tmp_path_factory.mktemp("cyclic") / "run"  # a new folder: the launcher refuses one that exists
     plan = CyclicPlan(docs=5, doc_words=600, max_tokens=4, setups=["vllm"])
 
     def spec_for(setup: str) -> ServerSpec:
