@@ -46,27 +46,28 @@ label = "measured" if classes == {"measured"} else f"{'/'.join(sorted(classes)) 
 ttft_figure(pd.read_csv(smk.output.requests), smk.output.svg, bar_label=label)
 log.info("wrote %s (bars: %s)", smk.output.svg, label)
 
+
+def publish(table, table_out, topic, inputs, register, numbers_out) -> None:
+    """A record set's table and numbers, each naming only that set's own raw records."""
+    table.to_csv(table_out, index=False)
+    records = raw_inputs(map(str, inputs))
+    write_sidecar(table_out, smk.rule, records)
+    writer = NumbersWriter(topic=topic, rule=smk.rule, inputs=records)
+    register(writer, table)
+    writer.write(numbers_out)
+
+
 # the lab measured on vLLM's CPU build: its own records only
 if smk.params.live_run:
     run_dir = smk.params.live_run
     table = live.predict(run_dir, live.request_sources(run_dir))
-    table.to_csv(smk.output.live_table, index=False)
-    live_records = raw_inputs(map(str, smk.input[LIVE]))
-    write_sidecar(smk.output.live_table, smk.rule, live_records)
-    live_writer = NumbersWriter(topic="lablive", rule=smk.rule, inputs=live_records)
-    live.register_numbers(live_writer, table)
-    live_writer.write(smk.output.live_numbers)
+    publish(table, smk.output.live_table, "lablive", smk.input[LIVE], live.register_numbers, smk.output.live_numbers)
     live.figure(table, smk.output.live_svg)
     log.info("CPU build: %d of %d requests predicted exactly", int(table.agrees.sum()), len(table))
 
 # LMCache itself on vLLM's CPU build: a series of launches, its own records only
 if smk.params.lm_run:
     table = launches.launch_table(smk.params.lm_run, pinned=map(str, smk.input[LM]))
-    table.to_csv(smk.output.lm_table, index=False)
-    lm_records = raw_inputs(map(str, smk.input[LM]))
-    write_sidecar(smk.output.lm_table, smk.rule, lm_records)
-    lm_writer = NumbersWriter(topic="lablm", rule=smk.rule, inputs=lm_records)
-    launches.register_numbers(lm_writer, table)
-    lm_writer.write(smk.output.lm_numbers)
+    publish(table, smk.output.lm_table, "lablm", smk.input[LM], launches.register_numbers, smk.output.lm_numbers)
     log.info("LMCache on the CPU build: %d launches, %d of %d requests predicted exactly",
              table.launch.nunique(), int(table.agrees.sum()), len(table))

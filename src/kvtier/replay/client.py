@@ -76,6 +76,20 @@ class _Log:
             f.flush()
 
 
+def exchange(client: ServingClient, t: Turn, sent_s: float) -> dict[str, Any]:
+    """Send one turn and return its client-log line: the turn as sent, then the answer's usage
+    (status ok) or the failure's status and reason (status failed). Both replay modes log this."""
+    rec: dict[str, Any] = {"session": t.session, "index": t.index, "at_s": round(t.at_s, 4), "sent_s": round(sent_s, 4),
+                           "prompt_tokens_sent": len(t.prompt), "trace_tokens": t.trace_tokens, "max_tokens": t.max_tokens}
+    try:
+        r = client.stream_completion(t.prompt, t.max_tokens, ignore_eos=True)
+    except RequestFailed as e:
+        rec.update(failure_fields(e))
+    else:
+        rec.update(answer_fields(r))
+    return rec
+
+
 def replay(turns: list[Turn], new_client: Callable[[], ServingClient], log_path: str | Path, *,
            max_duration_s: float = 600.0, workers: int = 8, progress: bool = True) -> dict[str, int]:
     """Returns counts: sent, ok, failed, skipped (already in the log), unsent (past the duration)."""
@@ -94,15 +108,7 @@ def replay(turns: list[Turn], new_client: Callable[[], ServingClient], log_path:
     def send(t: Turn) -> None:
         if not hasattr(local, "client"):
             local.client = new_client()
-        rec: dict[str, Any] = {"session": t.session, "index": t.index, "at_s": round(t.at_s, 4),
-                               "sent_s": round(time.monotonic() - t0 + base, 4), "prompt_tokens_sent": len(t.prompt),
-                               "trace_tokens": t.trace_tokens, "max_tokens": t.max_tokens}
-        try:
-            r = local.client.stream_completion(t.prompt, t.max_tokens, ignore_eos=True)
-        except RequestFailed as e:
-            rec.update(failure_fields(e))
-        else:
-            rec.update(answer_fields(r))
+        rec = exchange(local.client, t, time.monotonic() - t0 + base)
         log.write(rec)
         if rec["status"] != "ok":
             raise RequestFailed(rec["error"])
@@ -153,15 +159,7 @@ def replay_fixed(turns: list[Turn], new_client: Callable[[], ServingClient], log
     def send(order: int, t: Turn) -> bool:
         if not hasattr(local, "client"):
             local.client = new_client()
-        rec: dict[str, Any] = {"order": order, "session": t.session, "index": t.index, "at_s": round(t.at_s, 4),
-                               "sent_s": round(time.monotonic() - t0, 4), "prompt_tokens_sent": len(t.prompt),
-                               "trace_tokens": t.trace_tokens, "max_tokens": t.max_tokens}
-        try:
-            r = local.client.stream_completion(t.prompt, t.max_tokens, ignore_eos=True)
-        except RequestFailed as e:
-            rec.update(failure_fields(e))
-        else:
-            rec.update(answer_fields(r))
+        rec = {"order": order, **exchange(local.client, t, time.monotonic() - t0)}
         log.write(rec)
         return rec["status"] == "ok"
 
