@@ -4,12 +4,13 @@
   leaves every committed file byte-identical: `git status` shows new run folders and new manifest
   rows only (scaled down through --config: one launch per tier, one cycle).
 - The rehearsals (config/rehearsal/*.yaml) run the GPU commands' own rules, launcher, records and
-  analysis on the tiny model: eviction_A (two rounds), eviction_C, and lab_cyclic with vLLM alone.
-  The LMCache variant of lab_cyclic is added beside them (REHEARSALS) once its CPU connector exists.
+  analysis on the tiny model: eviction_A (two rounds), eviction_C, lab_cyclic with vLLM alone, and
+  lab_cyclic as the GPU host runs it, vLLM alone then LMCache 0.5.6 (kvtier's CPU connector) in one run.
 """
 
 from __future__ import annotations
 
+import re
 import shlex
 import shutil
 import subprocess
@@ -99,18 +100,40 @@ def test_rehearsal_eviction_C(repo: Path) -> None:
     eviction_rehearsal(repo, "C", rounds=1)
 
 
-# The lab's rehearsals: (config file, setups expected). The LMCache one joins when LMCache runs here.
-REHEARSALS = [("config/rehearsal/lab_cyclic.yaml", ["vllm"])]
+# The lab's rehearsals: (config file, setups expected, in the order the run launched them).
+REHEARSALS = [("config/rehearsal/lab_cyclic.yaml", ["vllm"]),
+              ("config/rehearsal/lab_cyclic_lmcache.yaml", ["vllm", "lmcache"])]
+# LMCache 0.5.6's own scheduler line, one per request it is asked about (vllm_v1_adapter.py), read here
+# with a pattern of the test's own: the tokens LMCache says it will load, beside vLLM's counters.
+LMCACHE_LOOKUP = re.compile(r"LMCache INFO:.*Reqid: \S+, Total tokens (\d+), .*LMCache hit tokens: \d+, need to load: (\d+)")
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 @pytest.mark.parametrize("config, setups", REHEARSALS)
 def test_rehearsal_lab_cyclic(repo: Path, config: str, setups: list[str]) -> None:
+    out = yaml.safe_load((repo / config).read_text())["lab"]["live"]["out"]
     snakemake(repo, "lab_cyclic", "--configfile", config)
-    runs = sorted({(repo / p).parts[len(repo.parts) + 3] for p in
-                   git(repo, "ls-files", "--others", "--exclude-standard", "raw/rehearsal/lab-cyclic").split()})
-    assert len(runs) == 1
-    run_dir = repo / "raw" / "rehearsal" / "lab-cyclic" / runs[0]
+    runs = new_runs(repo, out)
+    assert len(runs) == 1, runs
+    run_dir = runs[0]
     measured = live.request_sources(run_dir)
-    assert sorted(measured.setup.unique()) == sorted(setups) and measured.usage_agrees.all()
+    assert list(measured.setup.unique()) == setups and measured.usage_agrees.all()
     predicted = live.predict(run_dir, measured)
     assert predicted.agrees.all(), predicted[~predicted.agrees]
+    # what follows from the stream alone: ten documents read in a cycle through a KV cache that
+    # holds fewer than half of them, so LRU has evicted each one before it comes back
+    second = measured[(measured["pass"] == "second") & (measured.phase == "doc")]
+    assert len(second) == 10 * len(setups) and (second.gpu_tokens == 0).all()
+    vllm = measured[measured.setup == "vllm"]
+    assert (vllm.cpu_tokens == 0).all()  # no second tier
+    if "lmcache" in setups:
+        lm = measured[measured.setup == "lmcache"]
+        # a pool with room for every document: each one of the second pass comes back from LMCache
+        assert (lm[lm["pass"] == "second"].cpu_tokens > 0).sum() == 10
+        # LMCache's own account, request by request: asked once per request with its prompt, the
+        # tokens it loads are the tokens vLLM's counters show from the external tier
+        log = ANSI.sub("", (run_dir / "lmcache" / "server.log").read_text(encoding="utf-8", errors="replace"))
+        lookups = [(int(m[1]), int(m[2])) for m in LMCACHE_LOOKUP.finditer(log)]
+        assert [t for t, _ in lookups] == lm.prompt_tokens.astype(int).tolist()
+        assert [n for _, n in lookups] == lm.cpu_tokens.astype(int).tolist()
+        assert "No supported cpu connector" not in log and "Skipping post_init" not in log
