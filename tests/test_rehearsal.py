@@ -6,6 +6,7 @@
 - The rehearsals (config/rehearsal/*.yaml) run the GPU commands' own rules, launcher, records and
   analysis on the tiny model: eviction_A (two rounds), eviction_C, lab_cyclic with vLLM alone, and
   lab_cyclic as the GPU host runs it, vLLM alone then LMCache 0.5.6 (kvtier's CPU connector) in one run.
+  Each, too, leaves every committed file byte-identical and only adds manifest rows.
 """
 
 from __future__ import annotations
@@ -56,11 +57,9 @@ def new_runs(repo: Path, folder: str) -> list[Path]:
     return sorted({(repo / p).parent for p in untracked if p.endswith("run.yaml")})
 
 
-def test_eviction_cpu_twice_on_one_day_writes_new_folders_and_rows_only(repo: Path) -> None:
-    assert README_CPU[README_CPU.index("--config") + 1] == 'experiments={"eviction": {"activate": true}}'
-    args = README_CPU[:README_CPU.index("--config")]
-    for _ in range(2):
-        snakemake(repo, *args, "--config", SMALL)
+def assert_new_files_and_rows_only(repo: Path) -> None:
+    """Every committed file byte-identical but the manifest, which gained rows (none changed or
+    removed), one for each new file: what a run may do to a checkout."""
     status = git(repo, "status", "--porcelain", "--untracked-files=all").splitlines()
     modified = [ln for ln in status if not ln.startswith("??")]
     assert modified == [" M raw/MANIFEST.tsv"], modified  # every other committed file byte-identical
@@ -69,6 +68,14 @@ def test_eviction_cpu_twice_on_one_day_writes_new_folders_and_rows_only(repo: Pa
     added = [ln[1:].split("\t")[0] for ln in diff if ln.startswith("+") and not ln.startswith("+++")]
     untracked = sorted(ln[3:] for ln in status if ln.startswith("??"))
     assert sorted(added) == untracked  # the new files are exactly the new rows
+
+
+def test_eviction_cpu_twice_on_one_day_writes_new_folders_and_rows_only(repo: Path) -> None:
+    assert README_CPU[README_CPU.index("--config") + 1] == 'experiments={"eviction": {"activate": true}}'
+    args = README_CPU[:README_CPU.index("--config")]
+    for _ in range(2):
+        snakemake(repo, *args, "--config", SMALL)
+    assert_new_files_and_rows_only(repo)
     runs = new_runs(repo, "raw/eviction/cpu")
     committed = {"2026-12-01-native", "2026-12-01-none"}
     assert len(runs) == 4 and not {r.name for r in runs} & committed, runs  # two invocations x two tiers
@@ -90,6 +97,7 @@ def eviction_rehearsal(repo: Path, setup: str, rounds: int) -> None:
     assert len(rest) == rounds and (rest.pool_tokens > 0).all() and rest.logprob_passed.astype(bool).all()
     # the setup's own settings reached the server: 1,600-token offloaded blocks, the native tier
     assert (rest.block_tokens == 1600).all() and s.tier == "native"
+    assert_new_files_and_rows_only(repo)
 
 
 def test_rehearsal_eviction_A(repo: Path) -> None:
@@ -120,6 +128,7 @@ def test_rehearsal_lab_cyclic(repo: Path, config: str, setups: list[str]) -> Non
     assert list(measured.setup.unique()) == setups and measured.usage_agrees.all()
     predicted = live.predict(run_dir, measured)
     assert predicted.agrees.all(), predicted[~predicted.agrees]
+    assert_new_files_and_rows_only(repo)
     # what follows from the stream alone: ten documents read in a cycle through a KV cache that
     # holds fewer than half of them, so LRU has evicted each one before it comes back
     second = measured[(measured["pass"] == "second") & (measured.phase == "doc")]
