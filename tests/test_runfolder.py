@@ -80,6 +80,27 @@ def test_the_harness_refuses_a_taken_folder_before_any_server(repo: Path, tmp_pa
     assert (repo / "raw/eviction/cpu/old/server.log").read_text() == "committed\n"
 
 
+def test_the_replay_refuses_a_taken_folder_before_any_server(repo: Path, tmp_path: Path) -> None:
+    """kvtier-replay (the production capture, sweep and curve commands): the same refusal, the same
+    untouched record, the vLLM binary never run."""
+    marker = tmp_path / "ran"
+    exe = tmp_path / "vllm"
+    exe.write_text(f"#!/bin/sh\ntouch {marker}\nexit 1\n")
+    exe.chmod(0o755)
+    trace = tmp_path / "m.jsonl"
+    trace.write_text('{"timestamp": 0, "input_length": 1024, "output_length": 4, "hash_ids": [1, 2]}\n')
+    for run in ("raw/eviction/cpu/old", "raw/eviction/cpu/failed"):  # pinned; unpinned but there
+        (repo / run).mkdir(exist_ok=True)
+        done = subprocess.run([sys.executable, "-m", "kvtier.replay.cli", "--trace", f"mooncake:{trace}", "--out", run,
+                               "--model", "/m", "--vllm-bin", str(exe), "--no-progress"],
+                              cwd=repo, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 2 and "--run-id" in done.stderr, done.stderr
+        assert ("pinned record" if run.endswith("old") else "exists already") in done.stderr
+    assert not marker.exists()
+    assert (repo / "raw/eviction/cpu/old/server.log").read_text() == "committed\n"
+    assert sorted(p.name for p in (repo / "raw/eviction/cpu/failed").iterdir()) == []
+
+
 def test_config_values_are_typed_as_the_config_file_types_them() -> None:
     """Snakemake reads `lab={"live": {"activate": true}}` with YAML's BaseLoader: 'true' is a string."""
     from snakemake.cli import parse_config
