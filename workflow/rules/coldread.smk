@@ -2,6 +2,7 @@
 # model every production restore is expressed with (kvtier.coldread).
 
 NUMBERS.append("results/numbers/coldread.json")
+COLDREAD_RAW = {"table": config["coldread"]["table"], "host": config["coldread"]["host"]}
 
 
 rule coldread_numbers:
@@ -9,9 +10,8 @@ rule coldread_numbers:
         "Cold-read model: the four timed reads and their date"
     input:
         code=PACKAGE_CODE,
-        table=config["coldread"]["table"],
-        host=config["coldread"]["host"],
-        manifest=MANIFEST,
+        **COLDREAD_RAW,
+        pins=PINS.stamp("coldread_numbers", COLDREAD_RAW),
     output:
         numbers="results/numbers/coldread.json",
     params:

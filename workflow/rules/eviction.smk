@@ -8,7 +8,7 @@ from kvtier.eviction import workflow as evict_wf
 from kvtier.snake import lock_prefix
 
 EVICT = config["experiments"]["eviction"]
-EVICT_RECORDS = evict_wf.pinned_records(MANIFEST, EVICT["records"])
+EVICT_RECORDS = PINS.under(EVICT["records"])
 
 NUMBERS.append("results/numbers/evict.json")
 FIGURES["fig1a"] = "figures/fig1a.svg"
@@ -26,7 +26,7 @@ rule eviction_numbers:
         records=EVICT_RECORDS,
         run_schema="workflow/schemas/eviction-run.schema.yaml",
         request_schema="workflow/schemas/eviction-request.schema.yaml",
-        manifest=MANIFEST,
+        pins=PINS.stamp("eviction_numbers", EVICT_RECORDS),
     output:
         numbers="results/numbers/evict.json",
         requests="results/tidy/eviction_requests.csv",

@@ -28,6 +28,11 @@ for _setup in PROD_SETUPS:
     EXTRA_TARGETS.extend([f"results/tables/table2_{_setup}.csv", f"results/tidy/production_{_setup}_fig1b_bins.csv"])
 
 
+PRODUCTION_RAW = {
+    f"{s}_{kind}": PROD_SETUPS[s][kind] for s in PROD_SETUPS for kind in SETUP_FILES if PROD_SETUPS[s].get(kind)
+}
+
+
 # One process for every setup (the imports once; each setup's records parsed once): its inputs and
 # outputs are named <setup>_<kind>, and each setup's numbers and tables name only its own files.
 rule production_numbers:
@@ -36,14 +41,14 @@ rule production_numbers:
     # on the longest chain (production -> counterfactual -> publish): runs as soon as it can
     priority: 10
     input:
-        **{f"{s}_{kind}": PROD_SETUPS[s][kind] for s in PROD_SETUPS for kind in SETUP_FILES if PROD_SETUPS[s].get(kind)},
+        **PRODUCTION_RAW,
         # the restore correction is measured by the eviction test on the same server: its pinned
         # records are read directly (not the eviction rule's tables), so both rules run in parallel
         code=PACKAGE_CODE,
         evict_records=EVICT_RECORDS,
         run_schema="workflow/schemas/eviction-run.schema.yaml",
         request_schema="workflow/schemas/eviction-request.schema.yaml",
-        manifest=MANIFEST,
+        pins=PINS.stamp("production_numbers", [PRODUCTION_RAW, EVICT_RECORDS]),
     output:
         **{
             f"{s}_{kind}": (
