@@ -60,6 +60,11 @@ def _read_hashed(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
     return out
 
 
+def _posix(p: str) -> str:
+    """A path as the manifest spells it (a plain string stays as it is: the common case)."""
+    return p if "\\" not in p and not p.startswith("./") else Path(p).as_posix()
+
+
 def _flat(inputs: Any) -> list[str]:
     """Paths from a rule's inputs as written in its .smk file: a path, a list, or a dict of them."""
     if isinstance(inputs, (str, os.PathLike)):
@@ -176,7 +181,7 @@ class Pins:
     def stamp(self, name: str, inputs: Any) -> str:
         """results/pins/<name>.tsv: the manifest rows of the raw files among `inputs` (a rule's
         inputs as its .smk file names them), rewritten only when a row changed; its path."""
-        raw = sorted({Path(p).as_posix() for p in _flat(inputs) if Path(p).as_posix().startswith("raw/")})
+        raw = sorted({p for p in map(_posix, _flat(inputs)) if p.startswith("raw/")})
         missing = [p for p in raw if p not in self.entries]
         if missing:
             raise ManifestError(f"{missing[0]}: not listed in {self.manifest}; add it with `kvtier manifest add` "
