@@ -9,8 +9,8 @@ rule coldread_numbers:
     message:
         "Cold-read model: the four timed reads and their date"
     input:
-        code=PACKAGE_CODE,
         **COLDREAD_RAW,
+        code=PACKAGE_CODE,
         pins=PINS.stamp("coldread_numbers", COLDREAD_RAW),
     output:
         numbers="results/numbers/coldread.json",

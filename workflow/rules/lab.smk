@@ -51,8 +51,8 @@ rule lab_numbers:
     input:
         **({"live_records": lambda wc: LAB_LIVE_RECORDS} if LAB_LIVE else {}),
         **({"lm_records": lambda wc: LAB_LM_RECORDS} if LAB_LM else {}),
-        code=PACKAGE_CODE,
         **LAB_RAW,
+        code=PACKAGE_CODE,
         pins=PINS.stamp("lab_numbers", [LAB_RAW, LAB_LIVE_RECORDS, LAB_LM_RECORDS]),
     output:
         **(
