@@ -9,7 +9,7 @@
 #   3. model    the tiny random-weight Llama of kvtier.tinymodel in its "gpu" geometry
 #   4. copy     host->GPU bandwidth at the note's geometry (1,600-token blocks at setup C's bytes per
 #               token, read from raw/production/C/metrics.prom), pinned and pageable (bandwidth.json)
-#   5. test     kvtier-harness: vLLM with its native CPU offload, >= 3 cold/hit/evict/restore cycles
+#   5. test     kvtier harness: vLLM with its native CPU offload, >= 3 cold/hit/evict/restore cycles
 #   6. summary  summary.md and summary.json in the run folder; exit 0 only if every check passed
 # The machine needs no network only if it gets the packages another way: KVTIER_WHEELHOUSE=dir
 # installs offline from a folder of wheels (fill one where PyPI is reachable with
@@ -25,6 +25,7 @@ cd "$(dirname "$0")/.."
 PY=${KVTIER_PYTHON:-python3}
 VENV=.venv-device
 MODEL=data/device-tiny-model
+# the plan is this script's own parser (it names the script; `kvtier device plan` is the same parser)
 case " $* " in *" -h "*|*" --help "*) PYTHONPATH=src "$PY" -m kvtier.device.plan --help; exit 0;; esac
 plan_text=$(PYTHONPATH=src "$PY" -m kvtier.device.plan "$@") || exit 2
 eval "$plan_text"
@@ -83,13 +84,13 @@ export KVTIER_VLLM_BIN=${KVTIER_VLLM_BIN:-$VENV/bin/vllm}
 step "model: $MODEL (kvtier.tinymodel --geometry gpu); log model.log"
 budget
 if [ ! -f "$MODEL/config.json" ]; then
-  PYTHONPATH=src timeout "$LEFT" "$VPY" -m kvtier.tinymodel "$MODEL" 0 --geometry gpu > "$RUN_DIR/model.log" 2>&1 || {
+  PYTHONPATH=src timeout "$LEFT" "$VPY" -m kvtier tinymodel "$MODEL" 0 --geometry gpu > "$RUN_DIR/model.log" 2>&1 || {
     echo "device-check: building the model failed (see $RUN_DIR/model.log)" >&2; exit 4; }
 fi
 
 step "copy bandwidth: bandwidth.json"
 budget
-PYTHONPATH=src timeout "$LEFT" "$VPY" -m kvtier.device.bandwidth --blocks "$BANDWIDTH_BLOCKS" \
+PYTHONPATH=src timeout "$LEFT" "$VPY" -m kvtier device bandwidth --blocks "$BANDWIDTH_BLOCKS" \
   --block-tokens "$BLOCK_TOKENS" --out "$RUN_DIR/bandwidth.json" 2> "$RUN_DIR/bandwidth.log" ||
   echo "device-check: the bandwidth measurement failed (see $RUN_DIR/bandwidth.log); going on" >&2
 
@@ -104,6 +105,6 @@ PYTHONPATH=src timeout "$LEFT" "$VPY" -m kvtier.harness "${HARNESS_ARGS[@]}" --v
 [ "$rc" = 0 ] || echo "device-check: the eviction test exited $rc (see $RUN_DIR/harness.log)" >&2
 
 step "summary"
-PYTHONPATH=src "$VPY" -m kvtier.device.summary "$RUN_DIR" || { [ "$rc" != 0 ] || rc=1; }
+PYTHONPATH=src "$VPY" -m kvtier device summary "$RUN_DIR" || { [ "$rc" != 0 ] || rc=1; }
 step "done in ${SECONDS}s: $RUN_DIR (pin it with: kvtier manifest add \$(find $RUN_DIR -type f | sort) --class measured --description ...)"
 exit "$rc"

@@ -33,7 +33,7 @@ compile=("$tools/bin/uv" pip compile --universal --python-version 3.11 --generat
   --generate-hashes --index-url https://pypi.org/simple --custom-compile-command scripts/lock.sh --quiet "${upgrade[@]}" \
   -o requirements/vllm-gpu.txt
 "$tools/bin/python" -m pip install -q packaging
-PYTHONPATH=src "$tools/bin/python" -m kvtier.envpins requirements/analysis.txt envs/analysis.yaml
-PYTHONPATH=src "$tools/bin/python" -m kvtier.envpins requirements/vllm-gpu.txt envs/vllm-gpu.yaml
+PYTHONPATH=src "$tools/bin/python" -m kvtier envpins requirements/analysis.txt envs/analysis.yaml
+PYTHONPATH=src "$tools/bin/python" -m kvtier envpins requirements/vllm-gpu.txt envs/vllm-gpu.yaml
 echo "locked: $(grep -c '^[a-z]' requirements/analysis.txt) analysis, $(grep -c '^[a-z]' requirements/test.txt) test," \
   "$(grep -c '^[a-z]' requirements/vllm-gpu.txt) GPU packages"

@@ -60,7 +60,7 @@ def test_a_run_with_a_refused_request_is_read_and_the_failure_counted(tmp_path: 
 
 
 def test_a_capture_with_a_refused_request_rebuilds_and_prints_the_count(tmp_path: Path):
-    """The committed capture, one request over max_model_len added as kvtier-replay logs it: the
+    """The committed capture, one request over max_model_len added as kvtier replay logs it: the
     sums still equal the counters (the server never counted the refused prompt) and the count of
     failed requests is what the production appendix prints (prodcpu.capture.failed)."""
     cap = REPO / "raw" / "production" / "cpu"
@@ -88,7 +88,7 @@ def test_runs_of_different_streams_are_refused(tmp_path: Path, trace: Path):
     meta = yaml.safe_load((b / "run.yaml").read_text())
     del meta["stream"]
     (b / "run.yaml").write_text(yaml.safe_dump(meta))
-    with pytest.raises(RawRecordError, match="not a kvtier-replay --fixed-order run"):
+    with pytest.raises(RawRecordError, match="not a kvtier replay --fixed-order run"):
         curve.analyse([a, b], 8.0, 0.1)
 
 

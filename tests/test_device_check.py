@@ -1,5 +1,5 @@
 """scripts/device-check.sh's CPU-testable parts: the shell syntax, the plan (argument parsing, the
-new run folder, the harness arguments read back by kvtier-harness's own parser), the bandwidth
+new run folder, the harness arguments read back by kvtier harness's own parser), the bandwidth
 script's arithmetic and its refusal / CPU fallback without a GPU, and the summary writer on fake
 records. The GPU parts (install, vLLM on CUDA, the copies themselves) run only on a GPU host."""
 

@@ -1,4 +1,4 @@
-"""The fixed stream (kvtier-replay --fixed-order), the run series, the repeats driver, and a run
+"""The fixed stream (kvtier replay --fixed-order), the run series, the repeats driver, and a run
 that survives a failed request. Against the in-process fake vLLM and small traces written here."""
 
 from __future__ import annotations

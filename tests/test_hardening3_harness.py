@@ -100,7 +100,7 @@ def test_counters_that_do_not_move_over_an_answered_request_fail_the_run(tmp_pat
 
 
 def test_the_client_refuses_each_fault_by_itself() -> None:
-    """The same faults one request at a time, on both APIs (chat, and the token-id completions of kvtier-replay)."""
+    """The same faults one request at a time, on both APIs (chat, and the token-id completions of kvtier replay)."""
     with SocketVllm() as s:
         with ServingClient(s.url, "fake", timeout_s=10) as c:
             assert c.stream_chat(MESSAGES, 4).finish_reason == "stop"

@@ -1,4 +1,4 @@
-"""kvtier-replay: traces -> token-id prompts that keep the prefix structure, and the threaded sender.
+"""kvtier replay: traces -> token-id prompts that keep the prefix structure, and the threaded sender.
 
 Against the in-process fake vLLM (a token is an id; 16-token blocks, LRU) and small traces written
 here, so every expected value is worked out by hand.

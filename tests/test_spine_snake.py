@@ -33,6 +33,7 @@ class _Input(list):
 
 def test_a_writer_names_its_inputs_less_the_excluded_record_set() -> None:
     named = {"code": "results/code.sha256", "run": "raw/lab/run/run.yaml", "manifest": "raw/MANIFEST.tsv",
+             "pins": "results/pins/lab_numbers.tsv",
              "live_records": ["raw/lab/cpu/a.prom", "raw/lab/cpu/b.csv"]}
     smk = SimpleNamespace(input=_Input(named), rule="lab_numbers")
     assert numbers_writer(smk, "lab", exclude=["live_records"]).inputs == ["raw/lab/run/run.yaml"]

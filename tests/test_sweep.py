@@ -121,7 +121,7 @@ def write_run(d: Path, tgz: Path, *, cached_a2: int = 64, lines: list[str] | Non
         "(EngineCore pid=2) INFO 12-01 12:49:02 [core.py:133] Initializing a V1 LLM engine (v0.32.0) with config: "
         "model='m', tensor_parallel_size=1, pipeline_parallel_size=1, device_config=cpu, enable_chunked_prefill=True\n"
         "INFO vllm serve (no offload worker: tier none)\n")
-    # what kvtier-replay keeps of the stream: the answered prompts in the server's 64-token blocks
+    # what kvtier replay keeps of the stream: the answered prompts in the server's 64-token blocks
     sent.write(d, kv_cache_tester(tgz, Scaling(scale=1.0, compress=1.0), sessions=3, session_gap_s=1.0), 64)
     return d
 

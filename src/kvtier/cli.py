@@ -1,16 +1,51 @@
-"""`kvtier` command line: manifest upkeep and the entry points of the opt-in parts."""
+"""`kvtier`: the one command line of the artifact (manifest upkeep and every opt-in launcher).
+
+Each subcommand is a module's own parser (its `build_parser`), hung under `kvtier` as an argparse
+subparser, so `kvtier --help`, `kvtier harness --help` and `kvtier harness run --help` are one tree.
+Only the module of the subcommand given is imported (the launchers import httpx, torch or the
+simulator; `kvtier manifest add`, which the experiment rules call, imports none of them). Where the
+console script is not installed (a conda environment of a rule, the vLLM venv), `python -m kvtier
+...` is the same command.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
+from types import ModuleType
 
 from .errors import ManifestError
 
+# subcommand -> (module with build_parser(prog) and main(argv), one line of help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "harness": ("kvtier.harness", "the note's eviction test against a live vLLM: run, preflight, show"),
+    "replay": ("kvtier.replay.cli", "replay public agentic sessions against a live vLLM (the production-style capture)"),
+    "repeats": ("kvtier.replay.repeats", "interleaved launches of one fixed stream at several pool sizes (the measured curve)"),
+    "sent": ("kvtier.replay.sent", "rebuild a capture's sent_blocks.npz (what it sent, in the server's blocks) from its run.yaml"),
+    "lab": ("kvtier.lab.cyclic", "the lab's cyclic-access experiment against live vLLM servers"),
+    "tinymodel": ("kvtier.tinymodel", "build the tiny random-weight Llama the CPU-build experiments serve"),
+    "envpins": ("kvtier.envpins", "pin conda environment files to the versions of a pip lock"),
+}
+# groups of subcommands: group -> (one line of help, {subcommand: (module, help)})
+GROUPS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
+    "replica": ("write the replica records that stand in for unpublished ones", {
+        "eviction": ("kvtier.replica.eviction", "replica eviction-test runs (raw/eviction)"),
+        "lab": ("kvtier.replica.lab", "the lab's replica cyclic-access records (raw/lab/cyclic)"),
+        "production": ("kvtier.replica.production", "setup C's replica production records (raw/production/C)"),
+    }),
+    "device": ("the one-GPU device check (scripts/device-check.sh) and its parts", {
+        "plan": ("kvtier.device.plan", "check the device check's options and print its plan"),
+        "bandwidth": ("kvtier.device.bandwidth", "host->GPU copy bandwidth at the note's block geometry"),
+        "summary": ("kvtier.device.summary", "summarise a device-check run folder"),
+    }),
+}
 
-def _manifest(args: argparse.Namespace) -> int:
+
+def _manifest(argv: list[str]) -> int:
     from . import manifest
 
+    args = _manifest_parser().parse_args(argv)
     if args.action == "verify":
         checked = manifest.verify_tree(args.raw_dir, args.manifest)
         print(f"{len(checked)} raw files match {args.manifest}")
@@ -20,10 +55,8 @@ def _manifest(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kvtier", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
-    m = sub.add_parser("manifest", help="verify raw/ against raw/MANIFEST.tsv, or pin files in it")
+def _manifest_parser(prog: str = "kvtier manifest") -> argparse.ArgumentParser:
+    m = argparse.ArgumentParser(prog=prog, description="Verify raw/ against raw/MANIFEST.tsv, or pin files in it.")
     m.add_argument("action", choices=["verify", "add"])
     m.add_argument("paths", nargs="*", help="files to pin (add)")
     m.add_argument("--class", dest="klass", choices=["measured", "published", "replica"], default="measured")
@@ -32,17 +65,66 @@ def build_parser() -> argparse.ArgumentParser:
                    help="add: refuse a path that already has a row (what experiment rules use; without it, add re-pins)")
     m.add_argument("--manifest", default="raw/MANIFEST.tsv")
     m.add_argument("--raw-dir", default="raw")
-    m.set_defaults(func=_manifest)
+    return m
+
+
+def _hang(sub: argparse._SubParsersAction, name: str, help_: str, own: argparse.ArgumentParser) -> None:
+    """A module's parser as a subcommand: its arguments, description and formatting, reused whole."""
+    sub.add_parser(name, help=help_, parents=[own], add_help=False, description=own.description,
+                   epilog=own.epilog, formatter_class=own.formatter_class)
+
+
+def _module(path: str) -> ModuleType:
+    return importlib.import_module(path)
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The tree. Every subcommand is listed; the parser of the one `argv` names (all of them when
+    argv is None) is filled in from its module."""
+    chosen = None if argv is None else (argv[:1] or [""])[0]
+    p = argparse.ArgumentParser(prog="kvtier", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for name in ["manifest", *COMMANDS, *GROUPS]:
+        full = chosen is None or chosen == name
+        if name == "manifest":
+            help_ = "verify raw/ against raw/MANIFEST.tsv, or pin files in it"
+            if full:
+                _hang(sub, name, help_, _manifest_parser())
+            else:
+                sub.add_parser(name, help=help_)
+        elif name in COMMANDS:
+            module, help_ = COMMANDS[name]
+            if full:
+                _hang(sub, name, help_, _module(module).build_parser(prog=f"kvtier {name}"))
+            else:
+                sub.add_parser(name, help=help_)
+        else:
+            help_, members = GROUPS[name]
+            g = sub.add_parser(name, help=help_, description=help_)
+            gsub = g.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
+            for member, (module, mhelp) in members.items():
+                if full:
+                    _hang(gsub, member, mhelp, _module(module).build_parser(prog=f"kvtier {name} {member}"))
+                else:
+                    gsub.add_parser(member, help=mhelp)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except ManifestError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv).parse_args(argv)  # --help and usage errors, from the tree
+    if args.command == "manifest":
+        try:
+            return _manifest(argv[1:])
+        except ManifestError as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+    # the module's own main, with the arguments after the subcommand (what `python -m` gives it)
+    if args.command in COMMANDS:
+        module, rest = COMMANDS[args.command][0], argv[1:]
+    else:
+        module, rest = GROUPS[args.command][1][args.subcommand][0], argv[2:]
+    return int(_module(module).main(rest) or 0)
 
 
 if __name__ == "__main__":

@@ -124,12 +124,16 @@ def pin_file(env: str | Path, lock: str | Path, write: bool) -> list[str]:
     return [f"{env}: versions differ from {lock}; run scripts/lock.sh"]
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Pin conda environment files to the versions of a pip lock.")
+def build_parser(prog: str = "kvtier envpins") -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description="Pin conda environment files to the versions of a pip lock.")
     ap.add_argument("lock", help="a hashed lock written by uv pip compile (requirements/analysis.txt)")
     ap.add_argument("envs", nargs="+", help="conda environment files to pin (envs/*.yaml)")
     ap.add_argument("--check", action="store_true", help="only report files that are out of step")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
     problems = [p for env in a.envs for p in pin_file(env, a.lock, write=not a.check)]
     for p in problems:
         print(p, file=sys.stderr)

@@ -1,30 +1,30 @@
-r"""kvtier-harness: run the note's eviction test against a live vLLM and write raw records.
+r"""kvtier harness: run the note's eviction test against a live vLLM and write raw records.
 
 Examples
   # setup A on a GPU host: launch vLLM with a 100 GiB native RAM pool (1,600-token blocks),
   # a ~200K-token conversation, 10 evicting conversations, two evict-and-restore rounds
-  kvtier-harness run --setup A --model /models/27b --tier native --offload-gib 100 \
+  kvtier harness run --setup A --model /models/27b --tier native --offload-gib 100 \
       --evictors 10 --rounds 2 --server-arg=--max-model-len=262144 --pin
 
   # the same through Snakemake (settings in config/config.yaml, experiments.eviction.setups.A)
   snakemake --cores all eviction_A --config 'experiments={"eviction": {"activate": true}}'
 
   # attach to a server that is already running (nothing is launched or stopped)
-  kvtier-harness run --setup C --url http://127.0.0.1:8000 --evictors 13
+  kvtier harness run --setup C --url http://127.0.0.1:8000 --evictors 13
 
   # a run that failed (server died, Ctrl-C, timeout) resumes after its last completed phase
   # (only an unpinned run: a folder with pinned records is never written again)
-  kvtier-harness run --setup A --model /models/27b --run-id 2026-10-12-a --resume   # same id again
+  kvtier harness run --setup A --model /models/27b --run-id 2026-10-12-a --resume   # same id again
 
   # vLLM's CPU build on a laptop: the native tier through kvtier's own offloading spec
   # (chosen by itself on a CPU platform), 1,600-token offloaded blocks on 64-token server blocks,
   # five cycles with fresh conversations
-  kvtier-harness run --setup cpu --model ./tiny --served-model-name tiny --tier native \
+  kvtier harness run --setup cpu --model ./tiny --served-model-name tiny --tier native \
       --offload-gib 0.25 --target-tokens 8020 --repeat 5 --vllm-bin .venv-vllm/bin/vllm \
       --server-arg=--block-size=64 --server-arg=--kv-cache-memory-bytes=67108864 --server-arg=--dtype=bfloat16
 
-  kvtier-harness preflight --tier native --offload-gib 100    # checks only
-  kvtier-harness show raw/eviction/A/<run>                    # validate and summarise records
+  kvtier harness preflight --tier native --offload-gib 100    # checks only
+  kvtier harness show raw/eviction/A/<run>                    # validate and summarise records
 
 Records go to a new folder <out>/<setup>/<run-id>/ (run.yaml, requests.jsonl, metrics/*.prom,
 server.log, host_load.tsv); a folder that exists is refused before any server starts. --pin adds
@@ -82,7 +82,7 @@ def _offload_extra(pairs: list[str]) -> dict[str, object]:
 
 
 def _server_args(p: argparse.ArgumentParser) -> None:
-    """The options that describe a server to launch (shared with kvtier-replay)."""
+    """The options that describe a server to launch (shared with kvtier replay)."""
     g = p.add_argument_group("server (launched unless --url is given)")
     g.add_argument("--model", help="model path or name for `vllm serve`")
     g.add_argument("--served-model-name", dest="served_name", default="model")
@@ -106,8 +106,8 @@ def _server_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--health-timeout", type=float, default=1800.0, help="seconds to wait for /health after launch")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kvtier-harness", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser(prog: str = "kvtier harness") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run the eviction test and write its records", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     r.add_argument("--setup", required=True, help="setup label (A, C, cpu, ...): records go to <out>/<setup>/")
@@ -299,7 +299,7 @@ def _record_load(writer: RunWriter, load: dict[str, object] | None) -> None:
 
 def _pin(run_dir: Path, description: str = "") -> None:
     files = sorted(p for p in run_dir.rglob("*") if p.is_file())
-    pin_new(files, "measured", f"eviction-test records of {run_dir.parent.name}/{run_dir.name} (kvtier-harness)"
+    pin_new(files, "measured", f"eviction-test records of {run_dir.parent.name}/{run_dir.name} (kvtier harness)"
                 + (f": {description}" if description else ""))
 
 

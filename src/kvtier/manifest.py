@@ -30,6 +30,8 @@ def name_problem(path: str) -> str | None:
     control character (newline, tab, NUL: it can forge a line of output or of the manifest), or
     any character outside printable ASCII (a look-alike: Cyrillic 'а' for 'a', a no-break or
     zero-width space, a fullwidth '／'). Raw names are plain ASCII; no look-alike can pass."""
+    if path.isascii() and path.isprintable():  # the common case, at C speed: U+0020..U+007E only
+        return None
     for i, ch in enumerate(path):
         if unicodedata.category(ch)[0] == "C" or ord(ch) > 126:
             kind = "a control character" if unicodedata.category(ch)[0] == "C" else "a non-ASCII (look-alike) character"

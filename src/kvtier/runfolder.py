@@ -1,6 +1,6 @@
 """Run folders: a run writes only into a new folder of its own, never into a committed record.
 
-Every launcher (kvtier-harness, kvtier-replay, kvtier.lab.cyclic) claims its output folder here
+Every launcher (kvtier harness, kvtier replay, kvtier.lab.cyclic) claims its output folder here
 before it starts a server. A folder that exists is refused, with a free id named, unless the run
 is resumed explicitly (`--resume`), and a folder holding any pinned file (a committed record) is
 never resumed. `auto` ids carry the UTC date and time and a random suffix, so two runs on the same

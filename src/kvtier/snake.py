@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import CONSOLE_ERRORS
-from .manifest import check_pins, verify_files
 from .numbers import NumbersWriter, atomic_write_text
 
 MANIFEST = "raw/MANIFEST.tsv"
 CODE_DIGEST = "results/code.sha256"
+PINS_PREFIX = "results/pins/"  # each rule's pin stamp (kvtier.pins): bookkeeping, not data
 
 
 def _paths(files: Any) -> list[str]:
@@ -81,14 +81,13 @@ def _console_excepthook(rule: str, log_path: str) -> Any:
 
 
 def check_raw_pins(manifest: str) -> list[str]:
-    """Run at every workflow invocation, before Snakemake compares mtimes: every pinned file's
-    size and sha256 (an edit that kept its mtime, a deleted file), and the files under raw/ that
-    no row pins, which are listed on the console because nothing reads them."""
-    unpinned = check_pins(manifest)
-    if unpinned:
-        shown = "\n".join(f"  {p}" for p in unpinned[:20]) + (f"\n  ... {len(unpinned) - 20} more" if len(unpinned) > 20 else "")
-        print(f"kvtier: {len(unpinned)} file(s) under raw/ are not pinned in {manifest}, so no rule reads them "
-              f"(pin them with `kvtier manifest add PATH... --class C --description D`):\n{shown}", file=sys.stderr, flush=True)
+    """Every pinned file's size and sha256 (an edit that kept its mtime, a deleted file), and the
+    files under raw/ that no row pins, listed on the console because nothing reads them. The
+    workflow itself runs this as `kvtier.pins.Pins` (the manifest read once, hashes by stat identity)."""
+    from .pins import Pins, report_unpinned
+
+    unpinned = Pins(manifest).check()
+    report_unpinned(unpinned, manifest)
     return unpinned
 
 
@@ -116,8 +115,11 @@ def begin(snakemake: Any) -> logging.Logger:
     log = logging.getLogger(f"kvtier.{snakemake.rule}")
     raw = raw_inputs(_paths(snakemake.input))
     if raw:
-        verify_files(raw, MANIFEST)  # a ManifestError reaches the console through the excepthook
-        log.info("verified %d raw input(s) against %s", len(raw), MANIFEST)
+        from .pins import Pins
+
+        hashed = Pins(MANIFEST).verify(raw)  # a ManifestError reaches the console through the excepthook
+        log.info("verified %d raw input(s) against %s (%d hashed, the others unchanged since they were)",
+                 len(raw), MANIFEST, hashed)
     return log
 
 
@@ -127,7 +129,8 @@ def numbers_writer(snakemake: Any, topic: str, exclude: Iterable[str] = ()) -> N
     named = dict(snakemake.input.items())
     skip = {p for name in exclude for p in _paths([named[name]])}
     inputs = [p for p in _paths(snakemake.input)
-              if not p.endswith(("MANIFEST.tsv", ".py")) and p != CODE_DIGEST and p not in skip]
+              if not p.endswith(("MANIFEST.tsv", ".py")) and p != CODE_DIGEST and not p.startswith(PINS_PREFIX)
+              and p not in skip]
     return NumbersWriter(topic=topic, rule=snakemake.rule, inputs=inputs)
 
 

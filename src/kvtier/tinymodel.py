@@ -76,12 +76,16 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, vocab_size: int = 2048,
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Build a tiny random-weight Llama and its tokenizer (nothing downloaded).")
+def build_parser(prog: str = "kvtier tinymodel") -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description="Build a tiny random-weight Llama and its tokenizer (nothing downloaded).")
     ap.add_argument("out", help="model folder to write")
     ap.add_argument("seed", nargs="?", type=int, default=0)
     ap.add_argument("--geometry", choices=sorted(GEOMETRIES), default="cpu", help="cpu: the CPU-build model; gpu: sized for one GPU")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
     print(build_tiny_model(a.out, a.seed, geometry=a.geometry))
     return 0
 

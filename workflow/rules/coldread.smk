@@ -2,16 +2,16 @@
 # model every production restore is expressed with (kvtier.coldread).
 
 NUMBERS.append("results/numbers/coldread.json")
+COLDREAD_RAW = {"table": config["coldread"]["table"], "host": config["coldread"]["host"]}
 
 
 rule coldread_numbers:
     message:
         "Cold-read model: the four timed reads and their date"
     input:
+        **COLDREAD_RAW,
         code=PACKAGE_CODE,
-        table=config["coldread"]["table"],
-        host=config["coldread"]["host"],
-        manifest=MANIFEST,
+        pins=PINS.stamp("coldread_numbers", COLDREAD_RAW),
     output:
         numbers="results/numbers/coldread.json",
     params:

@@ -8,7 +8,8 @@ from pathlib import Path
 # Input functions read these lists lazily, after every rule file has been included.
 
 from kvtier.runfolder import resolve_id
-from kvtier.snake import activated, check_raw_pins, code_digest, end_scheduler_timers
+from kvtier.pins import Pins, report_unpinned
+from kvtier.snake import activated, code_digest, end_scheduler_timers
 
 NUMBERS: list[str] = []
 FIGURES: dict[str, str] = {}
@@ -16,8 +17,13 @@ LAB_FIGURES: dict[str, str] = {}
 EXTRA_TARGETS: list[str] = []
 ANALYSIS_ENV = "../../envs/analysis.yaml"
 MANIFEST = config["manifest"]
-# Pinned files are checked by content on every invocation (mtimes miss an edit that kept them).
-check_raw_pins(MANIFEST)
+# The manifest, read once. Pinned files are checked by content on every invocation (mtimes miss an
+# edit that kept them): a file is hashed again unless its stat identity, ctime included, is the one
+# it had when it last hashed to its pin (kvtier.pins). Each domain rule takes, instead of the whole
+# manifest, its stamp: the rows of the raw files it reads (PINS.stamp), rewritten only when one of
+# them changes, so re-pinning one domain's record reruns that domain's rules only.
+PINS = Pins(MANIFEST)
+report_unpinned(PINS.check(), MANIFEST)
 # Every rule depends on the package's code, so a change in an analysis reruns what it feeds
 # (Snakemake itself only tracks the rule's own script): one digest of every source file, rewritten
 # on each invocation only when a file's content changed (kvtier.snake.code_digest).

@@ -22,7 +22,7 @@ rule counterfactual:
         production="results/numbers/production_C.json",
         hours="results/tidy/production_C_hours.csv",
         coldreads=config["coldread"]["table"],
-        manifest=MANIFEST,
+        pins=PINS.stamp("counterfactual", [config["coldread"]["table"]]),
     output:
         fit="results/counterfactual/workload_fit.json",
         workload="results/counterfactual/workload.npz",

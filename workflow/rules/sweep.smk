@@ -1,15 +1,15 @@
 # The measured pool-size sweep on vLLM's CPU build (note appendix): the same public sessions
-# replayed by kvtier-replay at several pool sizes, none included (one pinned folder per run, with
+# replayed by kvtier replay at several pool sizes, none included (one pinned folder per run, with
 # the stream it sent in the server's blocks), and the same request stream through kvtier.sim at each
 # run's own sizes -> sweepcpu.* numbers, a tidy table of shares, the per-request comparison and the
 # figure. Reads the pinned runs only; an empty `sweep.runs` leaves the appendix out. In the same
 # process, the counterfactual's calibration procedure fitted to the capture of
 # `sweep.calibration.setup` alone, replayed at every run's pool size (sweepcpu.cal.*).
-from kvtier.lab import workflow as lab_wf
 
 SWEEP = config["sweep"]
 SWEEP_CAL = SWEEP["calibration"]
 SWEEP_CAL_SETUP = config["production"]["setups"][SWEEP_CAL["setup"]]
+SWEEP_RECORDS = [f for run in SWEEP["runs"] for f in PINS.pinned_under(run)]
 if SWEEP["runs"]:
     NUMBERS.append("results/numbers/sweepcpu.json")
     FIGURES["sweep_cpu"] = "figures/sweep_cpu.svg"
@@ -25,10 +25,10 @@ rule sweep_cpu:
     priority: 5
     input:
         code=PACKAGE_CODE,
-        records=lambda wc: [f for run in SWEEP["runs"] for f in lab_wf.pinned_under(MANIFEST, run)],
+        records=lambda wc: SWEEP_RECORDS,
         production=f"results/numbers/production_{SWEEP_CAL['setup']}.json",
         hours=f"results/tidy/production_{SWEEP_CAL['setup']}_hours.csv",
-        manifest=MANIFEST,
+        pins=PINS.stamp("sweep_cpu", SWEEP_RECORDS),
     output:
         numbers="results/numbers/sweepcpu.json",
         tidy="results/tidy/sweep_cpu.csv",
@@ -58,10 +58,9 @@ rule sweep_cpu:
 # sizes, each launched repeatedly (experiments.curve writes the runs) -> curve.* numbers (medians,
 # ranges, the simulator's error per size, each run's load), a tidy table, one `vllm bench
 # serve`-shaped results JSON per run, and the figure. No pinned run under curve.records: left out.
-from kvtier.production.curve import run_folders as curve_run_folders
-
 CURVE_CFG = config["curve"]
-CURVE_RUNS = curve_run_folders(MANIFEST, CURVE_CFG["records"])
+CURVE_RUNS = PINS.run_folders(CURVE_CFG["records"])
+CURVE_RECORDS = PINS.under(CURVE_CFG["records"])
 if CURVE_RUNS:
     NUMBERS.append("results/numbers/curve.json")
     FIGURES["curve_cpu"] = "figures/curve_cpu.svg"
@@ -73,8 +72,8 @@ rule curve_cpu:
         "Measured pool-size curve: {params.nruns} runs of one fixed stream -> medians and ranges per pool size beside the simulator"
     input:
         code=PACKAGE_CODE,
-        records=lambda wc: lab_wf.pinned_under(MANIFEST, CURVE_CFG["records"]),
-        manifest=MANIFEST,
+        records=lambda wc: CURVE_RECORDS,
+        pins=PINS.stamp("curve_cpu", CURVE_RECORDS),
     output:
         numbers="results/numbers/curve.json",
         tidy="results/tidy/curve_cpu.csv",

@@ -40,7 +40,7 @@ write_sidecar(smk.output.table, smk.rule, [smk.output.numbers])
 log.info("wrote %s", smk.output.table)
 
 # the figure from the per-request table; the bars are "measured" only when the records behind them were
-entries = read_manifest(smk.input.manifest)
+entries = read_manifest(smk.input.pins)  # the rows of the records this rule reads
 classes = {entries[p].klass for p in raw_sources(smk.output.requests) if p in entries and p.endswith("requests.csv")}
 label = "measured" if classes == {"measured"} else f"{'/'.join(sorted(classes)) or 'unlisted'} records"
 ttft_figure(pd.read_csv(smk.output.requests), smk.output.svg, bar_label=label)

@@ -102,8 +102,8 @@ def measure(per_block: int, blocks: int, repeats: int, allow_cpu: bool) -> dict[
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser(prog: str = "kvtier device bandwidth") -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--metrics", default="raw/production/C/metrics.prom", help="where the pool geometry is read")
     ap.add_argument("--bytes-per-token", type=float, help="instead of --metrics")
     ap.add_argument("--block-tokens", type=int, default=1600)
@@ -111,6 +111,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--allow-cpu", action="store_true", help="no GPU: copy host->host instead of refusing (tests)")
     ap.add_argument("--out", help="JSON file to write (default: stdout)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
     a = ap.parse_args(argv)
     if a.repeats < 3 or a.blocks < 1:
         ap.error("need --repeats >= 3 and --blocks >= 1")

@@ -51,8 +51,8 @@ def auto_run_id(now: dt.datetime | None = None) -> str:
     return now.strftime("%Y-%m-%dT%H-%M-%SZ") + "-" + secrets.token_hex(3)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="scripts/device-check.sh", description=(
+def build_parser(prog: str = "scripts/device-check.sh") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=(
         "Setup C's eviction test at reduced scale on one GPU (tiny random model, vLLM's native CPU offload, "
         ">= 3 cycles) and the host->GPU copy bandwidth at the note's block geometry, into a new run folder."))
     p.add_argument("--out", default="raw/device-check", help="parent of the run folder")
@@ -106,7 +106,7 @@ def make_plan(argv: list[str]) -> Plan:
 
 
 def harness_args(plan: Plan, model: str) -> list[str]:
-    """kvtier-harness run arguments: setup C's test (native tier, 1,600-token blocks, one round),
+    """kvtier harness run arguments: setup C's test (native tier, 1,600-token blocks, one round),
     with the GPU KV cache bounded so that a few evicting conversations push the prefix out."""
     return ["run", "--setup", SETUP, "--out", plan.run_dir, "--run-id", TIER_RUN, "--model", model,
             "--served-model-name", "tiny", "--tier", "native", "--platform", "cuda",

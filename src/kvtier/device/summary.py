@@ -3,7 +3,7 @@ eviction test, whether each restore came from the pool with the hit's logprobs, 
 bandwidth, with the median and range over cycles beside every value.
 
 Reads the run folder plainly (yaml and json; the full analysis with schemas and metric deltas is
-`kvtier-harness show` and the workflow, on the analysis host), so it runs in the GPU environment.
+`kvtier harness show` and the workflow, on the analysis host), so it runs in the GPU environment.
 Writes summary.md and summary.json into the run folder.
 """
 
@@ -149,10 +149,14 @@ def markdown(s: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Summarise a device-check run folder (writes summary.md, summary.json).")
+def build_parser(prog: str = "kvtier device summary") -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description="Summarise a device-check run folder (writes summary.md, summary.json).")
     ap.add_argument("run_dir")
-    a = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
     try:
         s = summarise(a.run_dir)
     except (SummaryError, yaml.YAMLError, json.JSONDecodeError) as e:

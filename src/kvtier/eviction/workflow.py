@@ -76,7 +76,7 @@ def vllm_bin(evict: dict[str, Any], setup: str) -> str:
 
 
 def harness_args(evict: dict[str, Any], setup: str, tier: str | None = None) -> str:
-    """kvtier-harness arguments for one configured setup (and one of its tiers)."""
+    """kvtier harness arguments for one configured setup (and one of its tiers)."""
     s = evict["setups"][setup]
     tier = tier or s["tier"]
     desc = s.get("description", "") + (f" [{tier}]" if s.get("tiers") else "")

@@ -6,7 +6,7 @@ reverse; after the last pass one short check prompt of unique text confirms the 
 answers. /metrics is scraped before the first pass and after each. The run is written in the layout kvtier.lab.records
 reads (and kvtier.replica.lab imitates):
 
-    python -m kvtier.lab.cyclic --out raw/lab/cyclic-live --setups vllm,lmcache \
+    python -m kvtier lab --out raw/lab/cyclic-live --setups vllm,lmcache \
         --model Qwen/Qwen2.5-1.5B-Instruct --gpu-cache-tokens 21520 --pin
 
 On vLLM's CPU build the second tier is vLLM's native CPU tier (setups `native`, with a pool that
@@ -15,7 +15,7 @@ CPU connector (`lmcache`, `lmcache-small`), and /metrics is scraped after every 
 (`<setup>/metrics/requests/`), so each request's prompt tokens by source (GPU cache, CPU tier,
 computed) come from the server's own counters:
 
-    python -m kvtier.lab.cyclic --out raw/lab/cyclic-cpu --setups vllm,native,native-small --platform cpu \
+    python -m kvtier lab --out raw/lab/cyclic-cpu --setups vllm,native,native-small --platform cpu \
         --model data/tiny-model --served-name tiny --gpu-cache-tokens 17408 --kv-bytes-per-token 2048 \
         --doc-words 1000 --native-gib 0.125 --native-small-gib 0.03125 --vllm-bin .venv-vllm/bin/vllm --pin
 
@@ -259,8 +259,8 @@ def run_launches(root: str | Path, plan: CyclicPlan, spec_for: Callable[[str], S
     return files
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Cyclic-access experiment against live vLLM servers")
+def build_parser(prog: str = "kvtier lab") -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description="Cyclic-access experiment against live vLLM servers")
     ap.add_argument("--out", required=True, help="a new folder for the run (refused if it exists)")
     ap.add_argument("--setups", default="vllm,lmcache")
     ap.add_argument("--model", required=True)
@@ -282,6 +282,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--launches", type=int, help="launch each setup this many times, interleaved, each in a new folder under --out")
     ap.add_argument("--lock", help="hold an flock on this file for each launch (with --launches)")
     ap.add_argument("--pin", action="store_true", help="pin the written files in raw/MANIFEST.tsv as measured")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
     setups = args.setups.split(",")
     unknown = [s for s in setups if s not in TIER_OF_SETUP]

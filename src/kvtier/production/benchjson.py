@@ -1,4 +1,4 @@
-"""A run's latencies as `vllm bench serve --save-result` writes them, from kvtier-replay's client log.
+"""A run's latencies as `vllm bench serve --save-result` writes them, from kvtier replay's client log.
 
 The fields named in `SHARED` are computed as vLLM 0.32's benchmark computes them
 (vllm/benchmarks/serve.py `calculate_metrics`, lib/endpoint_request_func.py): TTFT is the time to

@@ -1,4 +1,4 @@
-"""A production-style capture's own records (kvtier-replay): what was replayed, and the client's
+"""A production-style capture's own records (kvtier replay): what was replayed, and the client's
 count of every request checked against the server's counters.
 
 The client log has one line per answered request: prompt tokens sent, the server's usage

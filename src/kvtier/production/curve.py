@@ -1,6 +1,6 @@
 """The measured pool-size curve: one fixed stream at several pool sizes, each size launched repeatedly.
 
-Every run is a kvtier-replay --fixed-order launch (kvtier.replay.repeats): the same requests, in
+Every run is a kvtier replay --fixed-order launch (kvtier.replay.repeats): the same requests, in
 the same order, at every size and on every repeat, which its run.yaml attests by the sent stream's
 sha256 (stream.digest). Runs whose digests differ sent different requests, so comparing them would
 mix the effect of the stream into that of the pool: the analysis refuses them, naming both.
@@ -85,7 +85,7 @@ def read_load(path: str | Path) -> Load:
 def digest_of(run: sweep.SweepRun) -> str:
     stream = run.meta.get("stream") or {}
     if stream.get("mode") != "fixed-order" or not isinstance(stream.get("digest"), str):
-        raise RawRecordError(run.path / "run.yaml", "no fixed-stream digest (stream.digest): not a kvtier-replay --fixed-order run, "
+        raise RawRecordError(run.path / "run.yaml", "no fixed-stream digest (stream.digest): not a kvtier replay --fixed-order run, "
                                                     "whose requests would depend on how fast the server answered")
     return str(stream["digest"])
 

@@ -70,7 +70,7 @@ def ingest(metrics: str | Path, log: str | Path, host: str | Path, settings: dic
 
 def host_facts(meta: dict[str, Any], path: str) -> list[tuple[str, float, str]]:
     """The host facts a host.yaml holds, in the production record's terms (vcpus, ram_gib, the
-    model's facts) or kvtier-replay's (cpus, ram_bytes); what is absent is not registered."""
+    model's facts) or kvtier replay's (cpus, ram_bytes); what is absent is not registered."""
     host, model = meta.get("host") or {}, meta.get("model") or {}
     out: list[tuple[str, float, str]] = []
     try:
@@ -98,7 +98,7 @@ def analyse(rec: Records, coldreads: str | Path | None, settings: dict[str, Any]
     it serves) comes from the eviction test on the same server; without it,
     settings["restore_extra_blocks"] must give it. No cold-read table: no modelled cold-read
     times; no headroom table: no headroom numbers. `capture` (run.yaml, client log) of a
-    kvtier-replay capture: its settings, and its client log checked against the counters."""
+    kvtier replay capture: its settings, and its client log checked against the counters."""
     snap, log = rec.snap, rec.log
     P = str(settings.get("numbers_prefix", "prod"))
     if correction is None:

@@ -1,6 +1,6 @@
 """A measured pool-size sweep on vLLM's CPU build, beside the simulator's prediction of it.
 
-Each run is one kvtier-replay capture (run.yaml, client.jsonl, metrics_start.prom, metrics.prom,
+Each run is one kvtier replay capture (run.yaml, client.jsonl, metrics_start.prom, metrics.prom,
 server.log) of the same public sessions at one pool size. Per run:
 
 - measured: prompt tokens by source from the server's counters (final snapshot less the first),
@@ -156,7 +156,7 @@ def read_run(run_dir: str | Path) -> SweepRun:
     meta = load_yaml((run_dir / "run.yaml").read_text(encoding="utf-8"))
     for key in ("trace", "scaling", "server"):
         if not isinstance(meta, dict) or key not in meta:
-            raise RawRecordError(run_dir / "run.yaml", f"no {key!r} entry (not a kvtier-replay run record)")
+            raise RawRecordError(run_dir / "run.yaml", f"no {key!r} entry (not a kvtier replay run record)")
     log = runcontract.check_run_folder(run_dir)  # counters, one server run, one geometry, job lines
     answered = read_client_log(run_dir / "client.jsonl", run_seconds=runcontract.observation_seconds(run_dir / "host.yaml"))
     reqs = answered.sort_values(["sent_s", "line"], kind="stable").reset_index(drop=True)

@@ -1,4 +1,4 @@
-"""Replaying public agentic traces against a live server (kvtier-replay): the production-style capture.
+"""Replaying public agentic traces against a live server (kvtier replay): the production-style capture.
 
 `schedule` turns a trace into timed requests whose prompts keep the trace's prefix structure
 (equal hash ids -> equal prompt tokens), scaled by one stated factor; `client` sends them, one
@@ -17,5 +17,5 @@ def opt_in_capture(capture: dict, rule: str = "production_capture_cpu", key: str
 
 
 def tier_args(pool_gib: float | str) -> str:
-    """kvtier-replay's tier options for a pool size: 0 is no second tier."""
+    """kvtier replay's tier options for a pool size: 0 is no second tier."""
     return "--tier none" if float(pool_gib) == 0 else f"--tier native --offload-gib {pool_gib}"

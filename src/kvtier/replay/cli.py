@@ -1,20 +1,20 @@
-"""kvtier-replay: replay public agentic sessions against a live vLLM and keep what the note keeps.
+"""kvtier replay: replay public agentic sessions against a live vLLM and keep what the note keeps.
 
 Examples
   # eight kv-cache-tester sessions at 1/20 of their token counts, ten times faster than recorded,
   # against vLLM's CPU build with its native CPU tier (launched here, stopped at the end)
-  kvtier-replay --trace kv-cache-tester:../shared/traces/kv-cache-tester/traces_0001-0100.tgz \
+  kvtier replay --trace kv-cache-tester:../shared/traces/kv-cache-tester/traces_0001-0100.tgz \
       --sessions 8 --scale 0.05 --compress 10 --out raw/production/cpu --model data/tiny-model \
       --served-model-name tiny --tier native --offload-gib 0.125 --vllm-bin .venv-vllm/bin/vllm \
       --server-arg=--block-size=64 --server-arg=--kv-cache-memory-bytes=67108864
 
   # a fixed stream (the measured pool-size curve): 24 sessions by name order, the first 240 turns
   # in trace arrival order, one request in flight, a new folder per launch
-  kvtier-replay --trace kv-cache-tester:TRACES.tgz --sessions 24 --session-gap 0 --fixed-order --count 240 \
+  kvtier replay --trace kv-cache-tester:TRACES.tgz --sessions 24 --session-gap 0 --fixed-order --count 240 \
       --in-flight 1 --out raw/production/cpu-curve/pool-0.03125-r1 ...
 
   # the same against a server that is already running
-  kvtier-replay --trace mooncake:conversation_trace.jsonl --limit 500 --scale 0.01 --url http://127.0.0.1:8000 --out out/
+  kvtier replay --trace mooncake:conversation_trace.jsonl --limit 500 --scale 0.01 --url http://127.0.0.1:8000 --out out/
 
 Writes to --out: client.jsonl (one line per request: sent tokens, usage's cached tokens, time to
 first chunk), run.yaml (trace, scaling, server), host.yaml (the host, and for a launched server the
@@ -54,8 +54,8 @@ from .monitor import HostSeries, MetricsSeries
 from .schedule import OVER_LIMIT, TRACE_KINDS, Scaling, Turn, fixed_order, limit_prompts, schedule_for, stream_digest
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kvtier-replay", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def build_parser(prog: str = "kvtier replay") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--trace", required=True, help="kv-cache-tester:PATH.tgz or mooncake:PATH.jsonl")
     p.add_argument("--out", required=True, help="a new folder for the records (refused if it exists, unless --resume)")
     p.add_argument("--resume", action="store_true", help="continue the unpinned run in --out after its last answered request")
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     key = api_key(a)
     server = None
     signal.signal(signal.SIGTERM, _on_sigterm)  # stopped by a scheduler or `kill`: stop the server too
-    meta = {"record": "replay of public agentic sessions (kvtier-replay)", "class": "measured", "trace": a.trace,
+    meta = {"record": "replay of public agentic sessions (kvtier replay)", "class": "measured", "trace": a.trace,
             "sessions": a.sessions if a.trace.startswith("kv-cache-tester") else None, "limit": a.limit,
             "scaling": {"scale": s.scale, "compress": s.compress, "session_gap_s": a.session_gap, "vocab_size": s.vocab_size,
                         "max_tokens_cap": s.max_tokens_cap, "seed": s.seed},

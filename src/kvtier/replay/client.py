@@ -5,7 +5,7 @@ later (a session is a conversation: its next prompt exists only once the last an
 run stops scheduling after `max_duration_s`; every finished request is one line of the client log
 (append-only, flushed), and a rerun with the same log skips what finished and goes on.
 
-`replay_fixed` sends a fixed stream instead (kvtier-replay --fixed-order): one global order, at
+`replay_fixed` sends a fixed stream instead (kvtier replay --fixed-order): one global order, at
 most `in_flight` requests at once, request i+1 never before request i, no clock: what the server
 receives does not depend on how fast it answers.
 

@@ -1,6 +1,6 @@
 """Repeated, interleaved launches of one fixed stream at several pool sizes (the measured curve).
 
-    python -m kvtier.replay.repeats --out raw/production/cpu-curve --pools 0 0.03125 0.0625 \
+    python -m kvtier repeats --out raw/production/cpu-curve --pools 0 0.03125 0.0625 \
         --repeats 3 --lock /tmp/kvtier-vllm.lock -- --trace ... --fixed-order --count 240 ...
 
 Launch k of repeat r at pool p writes `<out>/r<r>-pool-<p>/`: repeats go A B C ... A B C ... so
@@ -29,25 +29,29 @@ def plan(out: Path, pools: list[float], repeats: int) -> list[tuple[Path, float]
 
 def launch_command(python: str, lock: str | None, folder: Path, pool: float, replay_args: list[str],
                    timeout_s: int) -> list[str]:
-    cmd = ["timeout", str(timeout_s), python, "-m", "kvtier.replay.cli", *replay_args, *tier_args(pool).split(),
+    cmd = ["timeout", str(timeout_s), python, "-m", "kvtier", "replay", *replay_args, *tier_args(pool).split(),
            "--out", str(folder), "--no-progress"]
     return ["flock", lock, *cmd] if lock else cmd
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m kvtier.replay.repeats", description=__doc__,
+def build_parser(prog: str = "kvtier repeats") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", required=True, help="folder of the experiment: one new sub-folder per launch")
     p.add_argument("--pools", type=float, nargs="+", required=True, help="pool sizes in GiB (0: no second tier)")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--lock", default="/tmp/kvtier-vllm.lock", help="flock file held around each launch ('' for none)")
     p.add_argument("--launch-timeout", type=int, default=900, help="seconds one launch may take")
-    p.add_argument("--python", default=sys.executable, help="the Python that runs kvtier.replay.cli (the vLLM venv's)")
-    p.add_argument("replay_args", nargs=argparse.REMAINDER, help="-- then kvtier-replay's options (without --out and the tier)")
-    a = p.parse_args(argv)
+    p.add_argument("--python", default=sys.executable, help="the Python that runs `kvtier replay` (the vLLM venv's)")
+    p.add_argument("replay_args", nargs=argparse.REMAINDER, help="-- then kvtier replay's options (without --out and the tier)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
     args = a.replay_args[1:] if a.replay_args[:1] == ["--"] else a.replay_args
     if "--fixed-order" not in args:
-        raise SystemExit("error: repeats compare launches of one stream: pass --fixed-order to kvtier-replay")
+        raise SystemExit("error: repeats compare launches of one stream: pass --fixed-order to kvtier replay")
     if a.repeats < 1:
         raise SystemExit("error: --repeats must be at least 1")
     launches = plan(Path(a.out), a.pools, a.repeats)

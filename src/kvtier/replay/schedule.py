@@ -103,12 +103,12 @@ def mooncake(path: str | Path, s: Scaling, *, limit: int | None = None) -> list[
     return [Turn(t.session, t.index, t.at_s - t0, t.prompt, t.max_tokens, t.trace_tokens) for t in turns]
 
 
-TRACE_KINDS = ("kv-cache-tester", "mooncake")  # how kvtier-replay names a trace: KIND:PATH
+TRACE_KINDS = ("kv-cache-tester", "mooncake")  # how kvtier replay names a trace: KIND:PATH
 
 
 def schedule_for(trace: str, s: Scaling, *, sessions: int | None = None, session_gap_s: float = 30.0,
                  limit: int | None = None, where: str | Path = "--trace", members: list[str] | None = None) -> list[Turn]:
-    """The schedule of a trace named as kvtier-replay names it: kv-cache-tester:PATH.tgz or
+    """The schedule of a trace named as kvtier replay names it: kv-cache-tester:PATH.tgz or
     mooncake:PATH.jsonl (`where` names the setting in the error for anything else)."""
     kind, _, path = trace.partition(":")
     if kind == "kv-cache-tester":
@@ -126,7 +126,7 @@ def fixed_order(turns: list[Turn], count: int | None = None) -> list[Turn]:
     return ordered[:count] if count is not None else ordered
 
 
-OVER_LIMIT = ("send", "truncate", "refuse")  # what kvtier-replay does with a prompt over --prompt-limit
+OVER_LIMIT = ("send", "truncate", "refuse")  # what kvtier replay does with a prompt over --prompt-limit
 
 
 def limit_prompts(turns: list[Turn], limit: int | None, mode: str) -> tuple[list[Turn], int]:

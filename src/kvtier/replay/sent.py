@@ -6,10 +6,10 @@ size. Keeping them with the capture makes the capture self-contained: the public
 stream came from is not committed, and the record needs no copy of it. Arrays: session, index
 and tokens per answered request (in client-log order), offsets into `blocks`, and block_tokens.
 
-    python -m kvtier.replay.sent raw/production/cpu --block-tokens 64
+    python -m kvtier sent raw/production/cpu --block-tokens 64
 
 rebuilds the file for a capture folder from its run.yaml (the trace, its scaling) — the same
-schedule kvtier-replay sent — and checks every request's token count against the client log.
+schedule kvtier replay sent — and checks every request's token count against the client log.
 """
 
 from __future__ import annotations
@@ -86,7 +86,7 @@ def block_tokens_of(path: str | Path) -> int:
 
 
 def schedule_of(run_dir: Path) -> list[Turn]:
-    """The schedule kvtier-replay sent, from the run's own run.yaml."""
+    """The schedule kvtier replay sent, from the run's own run.yaml."""
     meta = load_yaml((run_dir / "run.yaml").read_text(encoding="utf-8"))
     sc = meta["scaling"]
     s = Scaling(scale=sc["scale"], compress=sc["compress"], vocab_size=sc["vocab_size"],
@@ -102,12 +102,16 @@ def schedule_of(run_dir: Path) -> list[Turn]:
         raise RawRecordError(run_dir / "run.yaml", str(e)) from None
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m kvtier.replay.sent", description=__doc__,
+def build_parser(prog: str = "kvtier sent") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("run_dirs", nargs="+")
     p.add_argument("--block-tokens", type=int, required=True, help="the server's block size")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
     for d in a.run_dirs:
         print(write(d, schedule_of(Path(d)), a.block_tokens))
     return 0

@@ -15,7 +15,7 @@ eviction numbers. What is chosen here, and why:
   of A and C contains the three codes. The third run (setup A, another model) misses codes on
   its cold read and is excluded.
 
-Run: `python -m kvtier.replica.eviction [--out raw/eviction] [--pin]`; same seed, same bytes.
+Run: `python -m kvtier replica eviction [--out raw/eviction] [--pin]`; same seed, same bytes.
 """
 
 from __future__ import annotations
@@ -358,11 +358,15 @@ def _server_log(path: Path, s: SetupSpec, created: float, pool_bytes: int, run: 
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser(prog: str = "kvtier replica eviction") -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     p.add_argument("--out", default="raw/eviction")
     p.add_argument("--pin", action="store_true", help="pin the files in raw/MANIFEST.tsv as replica")
-    a = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    a = build_parser().parse_args(argv)
     for s in SPECS:
         run_dir = write_run(Path(a.out), s)
         print(run_dir)

@@ -6,7 +6,7 @@ after each pass, and for LMCache its log lines in LMCache 0.5.6's format. The va
 drawn from a seeded generator and then pinned to what the lab printed (its table and text);
 everything else (per-request spread, decode time, timestamps) is invented and plausible.
 
-    python -m kvtier.replica.lab            # rewrites raw/lab/cyclic and pins it as replica
+    python -m kvtier replica lab            # rewrites raw/lab/cyclic and pins it as replica
 
 Structure of the run, as the replica assumes it: ten synthetic documents of 5,011 tokens, each
 sent as the whole prompt, max_tokens 8, concurrency 1; after the last pass a short check prompt
@@ -373,12 +373,16 @@ def generate(out: str | Path = "raw/lab/cyclic", seed: int = SEED) -> list[Path]
     return sorted(p for p in out.rglob("*") if p.is_file())
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def build_parser(prog: str = "kvtier replica lab") -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="raw/lab/cyclic")
     ap.add_argument("--seed", type=int, default=SEED)
     ap.add_argument("--no-pin", action="store_true", help="do not pin the files in raw/MANIFEST.tsv")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     files = generate(args.out, args.seed)
     if not args.no_pin:
         add_entries(files, "replica", "Lab cyclic-access measurement, replica written by kvtier.replica.lab "

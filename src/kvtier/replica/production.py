@@ -17,11 +17,12 @@ consistent the way the real ones are, so the pipeline recomputes the note from t
 
 Everything the note states is a target; what it does not state (the exact minute of each
 restore, request sizes inside a histogram bucket, ...) is drawn from the seeded RNG.
-Run: `python -m kvtier.replica.production raw/production/C`, then pin the files with `kvtier manifest add`.
+Run: `python -m kvtier replica production raw/production/C`, then pin the files with `kvtier manifest add`.
 """
 
 from __future__ import annotations
 
+import argparse
 import io
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -614,13 +615,17 @@ def write(out_dir: str | Path, seed: int = SEED) -> list[Path]:
     return paths
 
 
-def main(argv: list[str] | None = None) -> None:
-    import sys
+def build_parser(prog: str = "kvtier replica production") -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
+    ap.add_argument("out", nargs="?", default="raw/production/C", help="folder to write the records into")
+    return ap
 
-    args = sys.argv[1:] if argv is None else argv
-    for p in write(args[0] if args else "raw/production/C"):
+
+def main(argv: list[str] | None = None) -> int:
+    for p in write(build_parser().parse_args(argv).out):
         print(p)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -22,7 +22,7 @@ KVTESTER_BLOCK = 64
 
 def mooncake_records(path: str | Path) -> Iterator[tuple[int, float, int, int, list[int]]]:
     """(line, time in s, input tokens, output tokens, hash ids) of each record, in file order;
-    a bad record names its line. kvtier-replay reads the trace through this too."""
+    a bad record names its line. kvtier replay reads the trace through this too."""
     with open(path, encoding="utf-8") as f:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
@@ -96,7 +96,7 @@ def kv_cache_tester_events(archive: str | Path, *, start_gap_s: float = 0.0, con
                            members: list[str] | None = None) -> list[tuple[float, int, int, str, dict]]:
     """(time, conversation, id scope, model, request) of every request of the first `conversations`
     conversations (or of those `members` names: conversation_files), by time. The conventions of
-    `kv_cache_tester` below; kvtier-replay uses them too."""
+    `kv_cache_tester` below; kvtier replay uses them too."""
     events: list[tuple[float, int, int, str, dict]] = []
     scopes: dict[tuple[int, str], int] = {}
     for conv_no, (name, data) in enumerate(conversation_files(archive, conversations=conversations, members=members)):

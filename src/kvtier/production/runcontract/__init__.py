@@ -1,6 +1,6 @@
 """The data contract of one measured server run on the CPU build, checked by every reader of one.
 
-A kvtier-replay capture (production on the CPU build), a sweep run and a live lab setup all
+A kvtier replay capture (production on the CPU build), a sweep run and a live lab setup all
 consist of a server log, /metrics snapshots, the run's record (run.yaml) and a client log; each
 reader calls the checks here, so a fix is made in one place:
 
@@ -19,7 +19,7 @@ reader calls the checks here, so a fix is made in one place:
 Each failure is a RawRecordError naming the file and line.
 
 One module per check (counters, logfacts, geometry, jobs, clientlog); this package's
-`check_run_folder` runs them all on a kvtier-replay run folder.
+`check_run_folder` runs them all on a kvtier replay run folder.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ __all__ = ["JOB", "JOB_COUNTERS", "NEEDED", "PER_REQUEST_SERIES", "TIME_FIELDS",
 
 def check_run_folder(run_dir: str | Path, end: Snapshot | None = None, start_name: str = "metrics_start.prom",
                      end_name: str = "metrics.prom") -> LogFacts:
-    """Every check above on a kvtier-replay run folder (run.yaml, server.log, the two snapshots;
+    """Every check above on a kvtier replay run folder (run.yaml, server.log, the two snapshots;
     `end`: the final snapshot, already read); returns the server log's facts. The client log is
     checked by its reader (client_lines)."""
     from ...yamlio import load_yaml

@@ -1,0 +1,230 @@
+"""The workflow's pin check on every invocation, and each rule's own pins (issue 25, items 4, 5).
+
+`Pins.check()` runs before Snakemake compares mtimes. Every pinned file, every time: present, a
+regular file with no symlink on the way, of its pinned size, and of its pinned sha256. The sha256
+is computed again unless the file's stat identity (device, inode, size, mtime_ns, ctime_ns) is the
+one recorded the last time its bytes hashed to that pin (`results/pins/hashed.tsv`, git's index
+idea). Writing a file's bytes sets its ctime to the clock's time, and no ordinary tool can set a
+ctime back (`touch -r`, `os.utime` and `cp -p` restore the mtime only), so an edit that kept size
+and mtime still re-hashes. What it trusts is the kernel's ctime: a clock set back, a filesystem
+that keeps no ctime, or bit rot below the filesystem need `kvtier manifest verify` (always a full
+hash) or KVTIER_PINS=full (this check with every file hashed). A file whose ctime is within two
+seconds of the check is never recorded (a write in the same clock tick could follow unseen).
+
+`Pins.stamp(name, inputs)` writes `results/pins/<name>.tsv`: the manifest rows of the raw files
+among one rule's inputs, rewritten only when one of them changes. A rule takes its stamp as
+input instead of raw/MANIFEST.tsv, so pinning or re-pinning one domain's record reruns that
+domain's rules only. A rule process verifies the files it reads again, just before reading them
+(`Pins.verify`, from `kvtier.snake.begin`), by the same test against the record of hashes the
+workflow's process has just brought up to date: a file changed since is hashed and refused.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import stat
+import sys
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from .errors import ManifestError
+from .manifest import COLUMNS, NOT_RECORDS, Entry, name_problem, read_manifest, sha256_of
+from .numbers import atomic_write_text
+
+PINS_DIR = "results/pins"
+HASHED = f"{PINS_DIR}/hashed.tsv"
+HASHED_COLUMNS = ["path", "sha256", "dev", "ino", "bytes", "mtime_ns", "ctime_ns"]
+SETTLE_NS = 2_000_000_000  # a file changed this recently is hashed again next time
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _read_hashed(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """path -> (sha256, identity) as last hashed; an unreadable or foreign file counts as empty."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return {}
+    if not lines or lines[0].split("\t") != HASHED_COLUMNS:
+        return {}
+    out = {}
+    for line in lines[1:]:
+        f = line.split("\t")
+        if len(f) == len(HASHED_COLUMNS) and all(x.isdigit() for x in f[2:]):
+            out[f[0]] = (f[1], tuple(int(x) for x in f[2:]))
+    return out
+
+
+def _posix(p: str) -> str:
+    """A path as the manifest spells it (a plain string stays as it is: the common case)."""
+    return p if "\\" not in p and not p.startswith("./") else Path(p).as_posix()
+
+
+def _flat(inputs: Any) -> list[str]:
+    """Paths from a rule's inputs as written in its .smk file: a path, a list, or a dict of them."""
+    if isinstance(inputs, (str, os.PathLike)):
+        return [os.fspath(inputs)]
+    if isinstance(inputs, dict):
+        inputs = inputs.values()
+    return [p for item in inputs for p in _flat(item)]
+
+
+class Pins:
+    """The manifest, read once per workflow invocation."""
+
+    def __init__(self, manifest: str | Path = "raw/MANIFEST.tsv", out: str | Path = PINS_DIR) -> None:
+        self.manifest = Path(manifest)
+        self.root = self.manifest.resolve().parent.parent
+        self.entries: dict[str, Entry] = read_manifest(self.manifest)
+        self.out = Path(out)
+
+    def under(self, folder: str | Path) -> list[str]:
+        """The pinned files under a folder, sorted (a run is read only as pinned)."""
+        prefix = Path(folder).as_posix().rstrip("/") + "/"  # manifest paths are plain: no '.', '..' or '//'
+        return sorted(p for p in self.entries if p.startswith(prefix))
+
+    def run_folders(self, records: str | Path) -> list[str]:
+        """The folders directly under `records` that hold pinned files (kvtier.production.curve.run_folders,
+        without importing the curve's analysis at every invocation)."""
+        prefix = Path(records).as_posix().rstrip("/") + "/"
+        return sorted({prefix + p[len(prefix):].split("/", 1)[0] for p in self.under(records) if "/" in p[len(prefix):]})
+
+    def pinned_under(self, folder: str) -> list[str]:
+        """As `under`, refused when nothing is pinned there (a configured run that was never pinned)."""
+        files = self.under(folder)
+        if not files:
+            raise ValueError(f"no file under {folder} is pinned in {self.manifest}")
+        return files
+
+    def check(self, full: bool | None = None) -> list[str]:
+        """Check every pin (see the module's docstring); returns the files under raw/ no row pins."""
+        if full is None:
+            full = os.environ.get("KVTIER_PINS", "").strip().lower() == "full"
+        hashed_path = self.out / Path(HASHED).name
+        known = {} if full else _read_hashed(hashed_path)
+        keep, _ = self._verify(self.entries, known)
+        if keep != known:
+            text = "\t".join(HASHED_COLUMNS) + "\n" + "".join(
+                f"{p}\t{d}\t" + "\t".join(map(str, i)) + "\n" for p, (d, i) in sorted(keep.items()))
+            atomic_write_text(hashed_path, text)
+        return unpinned(self.manifest.resolve().parent, self.root, self.entries)
+
+    def verify(self, paths: Iterable[str]) -> int:
+        """A rule process's check of the raw files it reads, just before it reads them: each listed,
+        and unchanged by the same test as `check` (the record of hashes is read, never written, here:
+        the workflow's own process keeps it). Returns how many files were hashed."""
+        wanted = {}
+        for p in paths:
+            rel = Path(p).as_posix()
+            if rel not in self.entries:
+                raise ManifestError(f"{rel}: not listed in {self.manifest}; add it with `kvtier manifest add` before using it")
+            wanted[rel] = self.entries[rel]
+        return self._verify(wanted, _read_hashed(self.out / Path(HASHED).name))[1]
+
+    def _verify(self, entries: dict[str, Entry], known: dict[str, tuple[str, tuple[int, ...]]]
+                ) -> tuple[dict[str, tuple[str, tuple[int, ...]]], int]:
+        """Every entry's file as pinned; returns the (sha256, identity) worth recording for each, and
+        how many files were hashed."""
+        now = time.time_ns()
+        keep: dict[str, tuple[str, tuple[int, ...]]] = {}
+        dirs_ok: set[str] = set()  # folders seen to be real folders (each folder lstat'ed once, not once a file)
+        hashed = 0
+        for rel, entry in entries.items():
+            full_path = self.root / rel
+            link = self._symlinked_folder(rel, dirs_ok)
+            try:
+                st = os.lstat(full_path)
+            except (FileNotFoundError, NotADirectoryError):
+                raise ManifestError(f"{rel}: listed in {self.manifest} but missing on disk") from None
+            if link or stat.S_ISLNK(st.st_mode):
+                raise ManifestError(f"{rel}: {link or rel} is a symlink; raw records must be regular files inside raw/ "
+                                    "(copy the file in and pin it)")
+            if not stat.S_ISREG(st.st_mode):
+                raise ManifestError(f"{rel}: listed in {self.manifest} but not a regular file")
+            ident = _identity(st)
+            if st.st_size == entry.bytes and known.get(rel) == (entry.sha256, ident):
+                keep[rel] = known[rel]
+                continue
+            digest = sha256_of(full_path) if st.st_size == entry.bytes else ""
+            hashed += 1
+            if st.st_size != entry.bytes or digest != entry.sha256:
+                shown = f"sha256 {digest[:12]}… vs {entry.sha256[:12]}…" if digest else "sha256 not computed"
+                raise ManifestError(
+                    f"{rel}: content differs from {self.manifest} (bytes {st.st_size} vs {entry.bytes}, {shown}); raw "
+                    "records are read-only — restore the file, or re-pin it deliberately with `kvtier manifest add`")
+            if _identity(os.lstat(full_path)) == ident and now - st.st_ctime_ns > SETTLE_NS:
+                keep[rel] = (digest, ident)
+        return keep, hashed
+
+    def _symlinked_folder(self, rel: str, dirs_ok: set[str]) -> str | None:
+        """The first of rel's folders that is a symlink (or not a folder), relative to the root, or None."""
+        parts = rel.split("/")[:-1]
+        for i in range(1, len(parts) + 1):
+            folder = "/".join(parts[:i])
+            if folder in dirs_ok:
+                continue
+            try:
+                mode = os.lstat(self.root / folder).st_mode
+            except (FileNotFoundError, NotADirectoryError):
+                return None  # the file is then missing: said so by the caller
+            if stat.S_ISLNK(mode):
+                return folder
+            if stat.S_ISDIR(mode):
+                dirs_ok.add(folder)
+        return None
+
+    def stamp(self, name: str, inputs: Any) -> str:
+        """results/pins/<name>.tsv: the manifest rows of the raw files among `inputs` (a rule's
+        inputs as its .smk file names them), rewritten only when a row changed; its path."""
+        raw = sorted({p for p in map(_posix, _flat(inputs)) if p.startswith("raw/")})
+        missing = [p for p in raw if p not in self.entries]
+        if missing:
+            raise ManifestError(f"{missing[0]}: not listed in {self.manifest}; add it with `kvtier manifest add` "
+                                f"before using it (rule {name}{f', and {len(missing) - 1} more' if len(missing) > 1 else ''})")
+        buf = io.StringIO()  # as raw/MANIFEST.tsv is written: read_manifest reads a stamp
+        w = csv.writer(buf, delimiter="\t", lineterminator="\n")
+        w.writerow(COLUMNS)
+        for e in (self.entries[p] for p in raw):
+            w.writerow([e.path, e.bytes, e.sha256, e.klass, e.description])
+        path = self.out / f"{name}.tsv"
+        text = buf.getvalue()
+        try:
+            same = path.read_text(encoding="utf-8") == text
+        except OSError:
+            same = False
+        if not same:
+            atomic_write_text(path, text)
+        return path.as_posix()
+
+
+def unpinned(raw_dir: Path, root: Path, entries: dict[str, Entry]) -> list[str]:
+    """kvtier.manifest.unpinned_files by os.scandir (one call a folder): the files and symlinks under
+    raw/ that no row pins; a symlinked folder counts as a file and is not entered, as there."""
+    on_disk: set[str] = set()
+    stack = [raw_dir]
+    while stack:
+        with os.scandir(stack.pop()) as it:
+            for e in it:
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(Path(e.path))
+                elif (e.is_symlink() or e.is_file()) and e.name not in NOT_RECORDS:
+                    rel = Path(e.path).relative_to(root).as_posix()
+                    problem = name_problem(rel)
+                    if problem:  # never printed as it is: the console line it would make could lie
+                        raise ManifestError(f"{ascii(rel)}: a file under raw/ whose name {problem}; rename or remove it")
+                    on_disk.add(rel)
+    return sorted(on_disk - set(entries))
+
+
+def report_unpinned(unpinned: Iterable[str], manifest: str | Path) -> None:
+    """The files under raw/ that no row pins, on the console: nothing reads them."""
+    unpinned = list(unpinned)
+    if unpinned:
+        shown = "\n".join(f"  {p}" for p in unpinned[:20]) + (f"\n  ... {len(unpinned) - 20} more" if len(unpinned) > 20 else "")
+        print(f"kvtier: {len(unpinned)} file(s) under raw/ are not pinned in {manifest}, so no rule reads them "
+              f"(pin them with `kvtier manifest add PATH... --class C --description D`):\n{shown}", file=sys.stderr, flush=True)
