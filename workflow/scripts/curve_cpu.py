@@ -19,6 +19,7 @@ for x in runs:
     benchjson.dump(x.bench, Path(smk.output.bench) / f"{x.path.name}.json")
 writer = numbers_writer(smk, "curve")
 curve.register_numbers(writer, runs, smk.params.load_threshold, smk.params.steal_threshold)
+curve.register_timing(writer, runs)
 cf = smk.params.cf
 w, record, table = curvecheck.predict(runs, cf["fit_offload_gib"], tuple(cf["prompt_edges"]), cf["service_bins"],
                                       smk.params.above_last, smk.params.think, cf["reusable_share"], smk.params.seed)
