@@ -67,7 +67,9 @@ CURVE_RUNS = curve_run_folders(MANIFEST, CURVE_CFG["records"])
 if CURVE_RUNS:
     NUMBERS.append("results/numbers/curve.json")
     FIGURES["curve_cpu"] = "figures/curve_cpu.svg"
-    EXTRA_TARGETS.extend(["results/tidy/curve_cpu.csv", "results/bench/curve_cpu", "results/tidy/curve_cpu_counterfactual.csv"])
+    EXTRA_TARGETS.extend(
+        ["results/tidy/curve_cpu.csv", "results/bench/curve_cpu", "results/tidy/curve_cpu_counterfactual.csv"]
+    )
 
 
 rule curve_cpu:
