@@ -48,6 +48,10 @@ def _from_registry(repo: Path) -> list[str]:
     assert v(f"{nat}.restores_from_pool") == v(f"{nat}.cycles")  # "every restore from the pool"
     assert v(f"{nat}.logprobs.max_abs_diff") == 0 and v(f"{nat}.logprobs.same_compute") == v(f"{nat}.logprobs.checked")
     assert v("prodcpu.method.jobs_minus_counter") == 0  # "loads = job lines" ("client log = counters": ingest refuses otherwise)
+    g0, gl = "curve.size.0", f"curve.size.{int(v('curve.sizes')) - 1}"
+    worst_size, fit_size = f"curve.size.{int(v('curve.cf.worst_size'))}", f"curve.size.{int(v('curve.cf.fit_size'))}"
+    assert v("curve.pool_share_monotone") == 1 and v("curve.cf.within_goal") == 0  # "never falling", "does not predict it"
+    assert v("curve.cf.fit.residual_points_share_pool") < 0  # "falls ... short"
     claims = list(csv.DictReader((repo / "results/claims.csv").open(encoding="utf-8")))
     return [
         f"TTFT restored {s(f'{A}.ttft.restore')} / {s(f'{C}.ttft.restore')} vs cold {s(f'{A}.ttft.cold')} / "
@@ -82,6 +86,15 @@ def _from_registry(repo: Path) -> list[str]:
         f"{pct('sweepcpu.measured.share_gpu_max', 0)}); at the calibration point the pool share falls "
         f"{f.num(-v(f'{cal}.fit.residual_points_pool'), '', 1)} points short (the prompt model does not reach the "
         "capture's prompt sizes)",
+        f"{f.count(v('curve.runs'))} launches at {f.count(v('curve.sizes'))} settings; same-size spread "
+        f"{f.num(v('curve.worst_spread_points'), '', 2)} points; pool share {pct(f'{g0}.measured.share_pool.median')} → "
+        f"{pct(f'{gl}.measured.share_pool.median')}, never falling; simulator within {f.num(v('curve.worst_error_points'), '', 2)} "
+        f"points, {f.count(v('curve.exact'))} of {f.count(v('curve.requests_all'))} requests exact",
+        f"does not predict it: up to {f.num(v('curve.cf.worst_points_predicted'))} points off (at the "
+        f"{f.mib(v(f'{worst_size}.pool_bytes'), 'B')} pool); at the fitted {f.mib(v(f'{fit_size}.pool_bytes'), 'B')} size "
+        f"the pool share falls {f.num(-v('curve.cf.fit.residual_points_share_pool'), '', 1)} points short; a cache that never "
+        f"evicts could reuse {pct('curve.cf.unbounded.model', 0)} of the model's prompt tokens, "
+        f"{pct('curve.cf.unbounded.stream', 0)} of the stream's",
         "see the validation page; labelled modelled, not checked against the note",
         f"{sum(c['status'] == 'pass' for c in claims)} pass",
     ]

@@ -47,6 +47,7 @@ MODELLED: tuple[tuple[str, str], ...] = (
     ("curve.size.*.exact", "the block simulator's per-request prediction"),
     ("curve.exact", "the block simulator's per-request prediction"),
     ("curve.worst_error_points", "the block simulator against the counters"),
+    ("curve.cf.*", "Figure 2's procedure: a synthetic workload fitted to one size of the curve, replayed"),
 )
 
 # Keys under a modelled pattern that are not a model's output: the targets a fit is given and
@@ -67,6 +68,9 @@ NOT_MODELLED: tuple[str, ...] = (
     "sweepcpu.cal.calibration_run",
     "sweepcpu.cal.run.*.pool_*",
     "sweepcpu.cal.run.*.calibration_point",
+    "curve.cf.target.*", "curve.cf.service.*", "curve.cf.system_tokens", "curve.cf.unbounded.stream",
+    "curve.cf.largest.measured_reuse", "curve.cf.measured_saturation_ratio", "curve.cf.target.requests_per_session", "curve.cf.fit_size", "curve.cf.goal_points",
+    "curve.cf.fit.reusable_low", "curve.cf.fit.reusable_high", "curve.cf.fit.reusable_tried", "curve.cf.model.think_sigma",
 )
 
 CLASSES = ("measured", "modelled", "replica", "part-replica", "published", "settings")

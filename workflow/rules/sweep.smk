@@ -57,14 +57,18 @@ rule sweep_cpu:
 # The measured pool-size curve (note appendix, after the sweep): one fixed stream at several pool
 # sizes, each launched repeatedly (experiments.curve writes the runs) -> curve.* numbers (medians,
 # ranges, the simulator's error per size, each run's load), a tidy table, one `vllm bench
-# serve`-shaped results JSON per run, and the figure. No pinned run under curve.records: left out.
+# serve`-shaped results JSON per run, and the figure; in the same process Figure 2's procedure
+# fitted to one size and replayed at every size (curve.cf.*, kvtier.counterfactual.curvecheck).
+# No pinned run under curve.records: left out.
 CURVE_CFG = config["curve"]
 CURVE_RUNS = PINS.run_folders(CURVE_CFG["records"])
 CURVE_RECORDS = PINS.under(CURVE_CFG["records"])
 if CURVE_RUNS:
     NUMBERS.append("results/numbers/curve.json")
     FIGURES["curve_cpu"] = "figures/curve_cpu.svg"
-    EXTRA_TARGETS.extend(["results/tidy/curve_cpu.csv", "results/bench/curve_cpu"])
+    EXTRA_TARGETS.extend(
+        ["results/tidy/curve_cpu.csv", "results/bench/curve_cpu", "results/tidy/curve_cpu_counterfactual.csv"]
+    )
 
 
 rule curve_cpu:
@@ -78,12 +82,17 @@ rule curve_cpu:
         numbers="results/numbers/curve.json",
         tidy="results/tidy/curve_cpu.csv",
         bench=directory("results/bench/curve_cpu"),
+        cf="results/tidy/curve_cpu_counterfactual.csv",
         svg=report("figures/curve_cpu.svg", caption="../report/curve_cpu.rst", category="Beyond the note"),
     params:
         runs=CURVE_RUNS,
         nruns=len(CURVE_RUNS),
         load_threshold=CURVE_CFG["load_threshold"],
         steal_threshold=CURVE_CFG["steal_threshold"],
+        cf=CURVE_CFG["counterfactual"],
+        above_last=config["coldread"]["above_last"],
+        seed=config["counterfactual"]["seed"],
+        think=config["counterfactual"]["think_time"],
     log:
         "logs/curve_cpu.log",
     benchmark:

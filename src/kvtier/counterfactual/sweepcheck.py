@@ -52,6 +52,7 @@ class ServiceModel:
     decode_tokens_per_s: float
     requests: int
     turn_growth_tokens: float  # for the report: median growth of a session's prompt from one answered turn to the next
+    turn_growth_range: tuple[float, float] = (float("nan"), float("nan"))  # its smallest and largest
 
 
 def _bins(computed: np.ndarray, latency: np.ndarray, bins: int) -> tuple[np.ndarray, np.ndarray]:
@@ -94,7 +95,8 @@ def service_model(client_log: str | Path, bins: int, above_last: str = "extend_l
     by_turn = r.sort_values(["session", "index"], kind="stable")
     growth = by_turn.groupby("session").usage_prompt_tokens.diff().dropna()
     return ServiceModel(model, float(r.completion_tokens.sum()) / decoding, len(r),
-                        float(growth.median()) if len(growth) else float("nan"))
+                        float(growth.median()) if len(growth) else float("nan"),
+                        (float(growth.min()), float(growth.max())) if len(growth) else (float("nan"), float("nan")))
 
 
 def pool_blocks_of(run: RunResult, block_tokens: int) -> int | None:
@@ -153,6 +155,8 @@ def register(writer: Any, record: dict[str, Any], table: pd.DataFrame, service: 
     if np.isfinite(service.turn_growth_tokens):
         add(P + "capture.turn_growth_median", service.turn_growth_tokens, "tokens",
             note="median growth of a session's prompt from one answered turn to the next")
+        add(P + "capture.turn_growth_min", service.turn_growth_range[0], "tokens", note="the smallest such growth")
+        add(P + "capture.turn_growth_max", service.turn_growth_range[1], "tokens", note="the largest such growth")
     writer.reading(*inputs)
     p, f, t = record["params"], record["fit"], record["targets"]
     for k, unit in (("first_prompt_median", "tokens"), ("first_prompt_sigma", "count"), ("growth_median", "tokens"),

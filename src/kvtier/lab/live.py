@@ -193,6 +193,8 @@ def register_numbers(writer: Any, table: pd.DataFrame) -> None:
             for col in ("gpu_tokens", "cpu_tokens", "computed_tokens", "pred_gpu_tokens", "pred_cpu_tokens", "pred_computed_tokens"):
                 writer.add(p + f"{pass_name}.{col}", float(q[col].sum()), "tokens")
             writer.add(p + f"{pass_name}.ttft_p50", float(q.ttft_ms.median()), "ms")
+            writer.add(p + f"{pass_name}.ttft_min", float(q.ttft_ms.min()), "ms", note="the pass's fastest request (its range)")
+            writer.add(p + f"{pass_name}.ttft_max", float(q.ttft_ms.max()), "ms", note="the pass's slowest request")
             writer.add(p + f"{pass_name}.docs_from_cpu", int((q.cpu_tokens > 0).sum()), "count")
             writer.add(p + f"{pass_name}.docs_hit", int((q.gpu_tokens + q.cpu_tokens > 0).sum()), "count")
         for i, r in enumerate(g.to_dict("records")):

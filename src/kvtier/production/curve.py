@@ -290,3 +290,64 @@ def figure(t: pd.DataFrame, out: str | Path) -> None:
     fig.legend(handles, names, loc="lower left", ncol=1, handletextpad=0.4, borderaxespad=0.2)
     fig.tight_layout(rect=(0, 0.13, 1, 1))
     save_svg(fig, out, "curve_cpu")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """How long the curve took, from each launch's own record: host.yaml's observation (server
+    start to stop) and run.yaml's wait for /health. A sweep is one round of the interleaved order
+    (every size once, by recorded start time, never by folder name); its span runs from its first
+    launch's start to its last one's end, waits for the server lock included, and `alone` sums its
+    launches' own times (what the round takes on a machine nobody else uses)."""
+
+    launch_s: list[float]
+    health_s: list[float]
+    sweep_s: list[float]
+    sweep_alone_s: list[float]
+    experiment_s: float
+    experiment_alone_s: float
+
+
+def timing(runs: list[CurveRun]) -> Timing:
+    """The curve's times (see Timing). A round that does not hold every size once is refused."""
+    from datetime import datetime
+
+    from ..yamlio import load_yaml
+
+    spans = []
+    for x in runs:
+        path = x.path / "host.yaml"
+        obs = (load_yaml(path.read_text(encoding="utf-8")) or {}).get("observation") or {}
+        try:
+            start, end = datetime.fromisoformat(str(obs["start"])), datetime.fromisoformat(str(obs["end"]))
+        except (KeyError, ValueError) as e:
+            raise RawRecordError(path, f"no observation start and end ({e}): the launch's time is unknown") from None
+        if end <= start:
+            raise RawRecordError(path, f"observation ends ({end}) before it starts ({start})")
+        health = x.result.run.meta["server"].get("health_wait_s")
+        if not isinstance(health, (int, float)):
+            raise RawRecordError(x.path / "run.yaml", f"server.health_wait_s is {health!r}: no start-up time")
+        spans.append((start, end, x.result.run.pool_tokens, float(health)))
+    spans.sort(key=lambda s: s[0])
+    n = len({s[2] for s in spans})
+    rounds = [spans[i:i + n] for i in range(0, len(spans), n)]
+    for r in rounds:
+        if sorted(s[2] for s in r) != sorted({s[2] for s in spans}):
+            raise RawRecordError(runs[0].path.parent, "the launches in start order are not rounds of every size once: "
+                                                      "not an interleaved curve, so no sweep time")
+    own = [(e - s).total_seconds() for s, e, _, _ in spans]
+    return Timing(own, [s[3] for s in spans], [(r[-1][1] - r[0][0]).total_seconds() for r in rounds],
+                  [sum((e - s).total_seconds() for s, e, _, _ in r) for r in rounds],
+                  (spans[-1][1] - spans[0][0]).total_seconds(), float(sum(own)))
+
+
+def register_timing(writer: Any, runs: list[CurveRun]) -> None:
+    """curve.time.*: each launch, its wait for /health, each sweep (round) and the whole experiment."""
+    t = timing(runs)
+    writer.reading(*[x.path / f for x in runs for f in ("host.yaml", "run.yaml")])
+    for name, values in (("launch", t.launch_s), ("health", t.health_s), ("sweep", t.sweep_s), ("sweep_alone", t.sweep_alone_s)):
+        for stat, v in _stats(values).items():
+            writer.add(f"curve.time.{name}.{stat}", float(v), "s")
+    writer.add("curve.time.sweeps", len(t.sweep_s), "count")
+    writer.add("curve.time.experiment", t.experiment_s, "s", note="first launch's start to last launch's end")
+    writer.add("curve.time.experiment_alone", t.experiment_alone_s, "s", note="the launches' own times, summed")

@@ -86,8 +86,13 @@ def compare(matched: pd.DataFrame, jobs: pd.DataFrame, geometry: PoolGeometry, p
         "median_abs_error_shared": float(err[shared].median()) if shared.any() else 0.0,
         "share_within_10pct": float((err <= 0.10).mean()),
         "max_abs_error": float(err.max()),
+        "min_abs_error": float(err.min()),  # the range beside each median (the note prints it)
         "median_tokens_method": float(matched["tokens"].median()),
+        "min_tokens_method": float(matched["tokens"].min()),
+        "max_tokens_method": float(matched["tokens"].max()),
         "median_tokens_true": float(matched["true_tokens"].median()),
+        "min_tokens_true": float(matched["true_tokens"].min()),
+        "max_tokens_true": float(matched["true_tokens"].max()),
         "n_at_least_large_method": float((matched["tokens"] >= large_tokens).sum()),
         "n_at_least_large_true": float((matched["true_tokens"] >= large_tokens).sum()),
         "largest_method": float(matched["tokens"].max()),

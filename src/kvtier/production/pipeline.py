@@ -240,8 +240,10 @@ def analyse(rec: Records, coldreads: str | Path | None, settings: dict[str, Any]
         for k, unit in (("jobs", "count"), ("share_partial_blocks", "fraction"), ("jobs_minus_counter", "count"), ("correction_measured", "blocks"),
                         ("visible_share", "fraction"), ("median_abs_error", "fraction"),
                         ("median_abs_error_shared", "fraction"), ("share_within_10pct", "fraction"),
-                        ("max_abs_error", "fraction"), ("median_tokens_method", "tokens"),
-                        ("median_tokens_true", "tokens"), ("n_at_least_large_method", "count"),
+                        ("max_abs_error", "fraction"), ("min_abs_error", "fraction"), ("median_tokens_method", "tokens"),
+                        ("min_tokens_method", "tokens"), ("max_tokens_method", "tokens"),
+                        ("median_tokens_true", "tokens"), ("min_tokens_true", "tokens"), ("max_tokens_true", "tokens"),
+                        ("n_at_least_large_method", "count"),
                         ("n_at_least_large_true", "count"), ("largest_method", "tokens"), ("largest_true", "tokens")):
             w.add(f"{P}.method.{k}", gt[k], unit)
         tables["method"] = matched
