@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import RawRecordError
-from ..serving.metrics import Snapshot
+from ..records.prometheus import Snapshot
 from .checks import restore_checks
 from .conversation import find_codes
 from . import logprobs as lp_mod

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..serving.metrics import Snapshot
+from ..records.prometheus import Snapshot
 
 
 def request_delta(before: Snapshot, after: Snapshot) -> dict[str, float | None]:

@@ -17,9 +17,9 @@ import re
 import pandas as pd
 
 from ..errors import RawRecordError
-from ..serving.metrics import Snapshot
+from ..records.prometheus import Snapshot
 from ..production import runcontract
-from ..production.promtext import read_prometheus
+from ..records.prometheus import read_prometheus
 from ..sim import TieredCache
 from ..step_budget import step_tokens_of
 from .experiments import requests_from_rows

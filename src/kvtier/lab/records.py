@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import RawRecordError, capped_lines
-from ..serving.metrics import Snapshot
+from ..records.prometheus import Snapshot
 from . import PASSES
 from ..yamlio import load_yaml
 
@@ -171,7 +171,7 @@ def metrics_by_pass(metrics_dir: str | Path, setup: str) -> list[PassMetrics]:
              "vllm:external_prefix_cache_hits_total", "vllm:prompt_tokens_total", "vllm:request_success_total")
     out = []
     for p, before, after in zip(PASSES, snaps, snaps[1:]):
-        d = [after.value(n) - before.value(n) for n in names]
+        d = [after.total(n) - before.total(n) for n in names]
         if min(d) < 0:
             raise RawRecordError(files[PASSES.index(p) + 1], "a counter went down between snapshots")
         out.append(PassMetrics(setup, p, *d))

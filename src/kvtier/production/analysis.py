@@ -17,7 +17,7 @@ import pandas as pd
 from ..coldread import ColdReadModel
 from ..errors import RawRecordError
 from .logsummary import LogSummary, summary_of
-from .promtext import Snapshot
+from ..records.prometheus import Snapshot
 from .vllmlog import ServerLog
 
 Log = ServerLog | LogSummary  # a log in tables (tests) or streamed to its summary (the pipeline)

@@ -28,7 +28,7 @@ from .capture import capture_facts
 from .logsummary import LogSummary, summarize_server_log
 from .plausible import check_plausible
 from .correction import Correction
-from .promtext import Snapshot, read_prometheus
+from ..records.prometheus import Snapshot, read_prometheus
 
 
 @dataclass

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import RawRecordError
-from ..promtext import Snapshot
+from ...records.prometheus import Snapshot
 
 COUNTER_SUFFIXES = ("_total", "_count", "_sum", "_bucket")
 

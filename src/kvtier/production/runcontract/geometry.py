@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from ...errors import RawRecordError
-from ..promtext import Snapshot
+from ...records.prometheus import Snapshot
 from .counters import cache_config
 from .logfacts import LogFacts
 
