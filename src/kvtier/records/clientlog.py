@@ -14,11 +14,12 @@ from __future__ import annotations
 import hashlib
 import math
 from pathlib import Path
-from typing import Any, Iterator
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ..errors import RawRecordError, jsonl_records
+
+if TYPE_CHECKING:  # pandas is imported where a table is made: the replay client runs in the vLLM venv, which has none
+    import pandas as pd
 
 TIME_FIELDS = ("sent_s", "first_chunk_s", "total_s")
 # the capture's sums: the fields an answered line needs, and a failed one
@@ -91,13 +92,15 @@ def read_client(path: str | Path, run_seconds: float | None = None) -> list[dict
 
 
 def read_client_log(path: str | Path, extra: dict[str, tuple[type, ...]] | None = None,
-                    run_seconds: float | None = None) -> pd.DataFrame:
+                    run_seconds: float | None = None) -> "pd.DataFrame":
     """One row per answered request (status ok), with its line number, in file order. A line
     that is not JSON, lacks a field or has one of the wrong type is an error naming it, so is
     one the run contract refuses (client_lines; `run_seconds`: the observation's length,
     host.yaml). `extra`: more fields an answered line must have (name: types), kept as columns.
     A failed request (status failed, with its reason) is left out and counted: `attrs["failed"]`,
     `attrs["failed_lines"]` its line numbers."""
+    import pandas as pd
+
     path = Path(path)
     extra = extra or {}
     rows = []

@@ -18,14 +18,16 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Iterable
+from typing import TYPE_CHECKING, Iterable
 
 import numpy as np
-import pandas as pd
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..errors import RawRecordError, read_scrape_text
 from . import vllm as V
+
+if TYPE_CHECKING:  # pandas only for the tidy table: the replay client reads /metrics in the vLLM venv, which has none
+    import pandas as pd
 
 COLUMNS = ["family", "type", "name", "labels", "value", "line"]
 NOT_PROM = "not Prometheus text exposition"
@@ -202,12 +204,12 @@ class Snapshot:
 
     # -- the tidy table -----------------------------------------------------------------------------
     @cached_property
-    def samples(self) -> pd.DataFrame:
+    def samples(self) -> "pd.DataFrame":
         """Every sample (COLUMNS; labels a sorted tuple of pairs), flat copies of legacy names last."""
         text = self._text if self._text is not None else "".join(line + "\n" for line in self._lines)
         return _table(text, self.source)
 
-    def select(self, name: str, **labels: str) -> pd.DataFrame:
+    def select(self, name: str, **labels: str) -> "pd.DataFrame":
         rows = self.samples[self.samples["name"] == name]
         for k, v in labels.items():
             rows = rows[rows["labels"].map(lambda ls, k=k, v=v: (k, v) in ls)]
@@ -217,7 +219,7 @@ class Snapshot:
         rows = self.samples.loc[self.samples["name"] == name, "line"]
         return int(rows.min()) if len(rows) else None
 
-    def by_label(self, name: str, label: str) -> pd.Series:
+    def by_label(self, name: str, label: str) -> "pd.Series":
         """Values of a labelled counter summed over engines, indexed by that label."""
         rows = self.select(name)
         if rows.empty:
@@ -309,10 +311,12 @@ def _parse_line(text: str, path: str, lineno: int) -> list:
     return [s for f in fams for s in f.samples]
 
 
-def _table(text: str, path: str) -> pd.DataFrame:
+def _table(text: str, path: str) -> "pd.DataFrame":
     """prometheus_client parses the whole text once; its samples come in line order, one per
     sample line, so each takes its line number from that order. Where the two do not line up
     sample for sample (or the text does not parse), every line is parsed on its own instead."""
+    import pandas as pd
+
     fams = _families(text)
     types = {fam.name: fam.type for fam in fams or ()}
     parsed = [s for fam in fams for s in fam.samples] if fams is not None else None
