@@ -18,6 +18,7 @@ from ..errors import RawRecordError
 from .logsummary import LogSummary, summary_of
 from ..records.geometry import PoolGeometry, pool_geometry  # noqa: F401 (re-exported)
 from ..records.prometheus import Snapshot
+from ..records.touch import touch
 from .vllmlog import ServerLog
 
 Log = ServerLog | LogSummary  # a log in tables (tests) or streamed to its summary (the pipeline)
@@ -76,14 +77,24 @@ def ttft_shares(snap: Snapshot, fast_s: float, slow_s: float) -> dict[str, float
     return {"share_under_fast": h.at(fast_s) / h.count, "share_over_slow": 1 - h.at(slow_s) / h.count}
 
 
+def store_totals(snap: Snapshot) -> dict[str, float]:
+    """Store operations, bytes and time, from the counters alone."""
+    return {"count": snap.value("vllm:kv_offload_store_size_count"), "bytes": snap.value("vllm:kv_offload_store_bytes_total"),
+            "time": snap.value("vllm:kv_offload_store_time_total")}
+
+
+def expected_store_bytes(geometry: PoolGeometry, computed: float, generated: float) -> float:
+    """The KV of every computed prompt token and generated token: what 'copied as produced' stores."""
+    return (computed + generated) * geometry.bytes_per_token
+
+
 def store_stats(snap: Snapshot, period_s: float, geometry: PoolGeometry, computed: float, generated: float) -> dict[str, float]:
     """Store operations, bytes, time and its share of the period; bytes vs the KV of every
     computed prompt token and generated token (what 'copied as produced' predicts)."""
-    b = snap.value("vllm:kv_offload_store_bytes_total")
-    expected = (computed + generated) * geometry.bytes_per_token
-    t = snap.value("vllm:kv_offload_store_time_total")
-    return {"count": snap.value("vllm:kv_offload_store_size_count"), "bytes": b, "time": t,
-            "share_of_period": t / period_s, "expected_bytes": expected,
+    tot = store_totals(snap)
+    b, t = tot["bytes"], tot["time"]
+    expected = expected_store_bytes(geometry, computed, generated)
+    return {**tot, "share_of_period": t / period_s, "expected_bytes": expected,
             "deviation_from_expected": abs(b / expected - 1)}
 
 
@@ -229,6 +240,7 @@ HEADROOM_COLUMNS = ["host", "date", "pool_gib", "free_ram_gib", "shm_total_gib",
 
 
 def read_headroom(path: str) -> pd.DataFrame:
+    touch(path)
     df = pd.read_csv(path, dtype={"host": str, "note": str}, keep_default_na=True)
     if list(df.columns) != HEADROOM_COLUMNS:
         raise RawRecordError(path, f"columns must be {HEADROOM_COLUMNS}, found {list(df.columns)}", line=1)

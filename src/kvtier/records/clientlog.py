@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from ..errors import RawRecordError, jsonl_records
+from .touch import touch
 
 if TYPE_CHECKING:  # pandas is imported where a table is made: the replay client runs in the vLLM venv, which has none
     import pandas as pd
@@ -49,6 +50,7 @@ def client_lines(path: str | Path, run_seconds: float | None = None,
     not ending after the observation did (`run_seconds` from its start, when known); no request
     (session, index) answered twice; the last line not cut."""
     path = Path(path)
+    touch(path)
     seen: dict[tuple[Any, Any], int] = {}
     for lineno, line, rec in jsonl_records(path, whole_last_line=True, not_json=not_json):
         if not isinstance(rec, dict):

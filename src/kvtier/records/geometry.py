@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import RawRecordError
 from .prometheus import Snapshot
 from . import vllm as V
+from .touch import Touching, carry
 
 if TYPE_CHECKING:  # the server log's readers (production.runcontract.logfacts, production.vllmlog)
     from ..production.analysis import Log
@@ -176,7 +177,7 @@ def _line_with(path: Path, text: str) -> int | None:
 # ---------------------------------------------------------------- what the domains read
 
 @dataclass(frozen=True)
-class PoolGeometry:
+class PoolGeometry(Touching):  # carries the snapshot and log it was derived from (records.touch)
     """The offload pool as the server configured it: what a block is in tokens and bytes, and
     the server's own (GPU-side) block, the unit a restore copies in."""
 
@@ -247,7 +248,7 @@ def pool_geometry(snap: Snapshot, log: Log) -> PoolGeometry:
         raise RawRecordError(snap.path, f"the pool's {block_tokens}-token block is not a whole number of the server's "
                                         f"{server_block}-token blocks (vllm:cache_config_info)",
                              line=snap.first_line("vllm:cache_config_info"))
-    return PoolGeometry(block_tokens, per_block, chunks, server_block)
+    return carry(PoolGeometry(block_tokens, per_block, chunks, server_block), snap.path, log.path)
 
 
 def shape_from(metrics: Path, worker: dict[str, int] | None) -> dict[str, int | None]:

@@ -25,6 +25,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from ..errors import RawRecordError, read_scrape_text
 from . import vllm as V
+from .touch import touch
 
 if TYPE_CHECKING:  # pandas only for the tidy table: the replay client reads /metrics in the vLLM venv, which has none
     import pandas as pd
@@ -101,6 +102,7 @@ class Snapshot:
     def _samples_at(self, name: str) -> list[tuple[Sample, int | None]]:
         """The samples named `name` with their lines (once): its own lines, or, for a flat offload
         name the scrape lacks, the legacy series it is copied from (vllm.legacy_of_flat)."""
+        touch(self.source)
         if name not in self._parsed:
             found = self._own(name)
             legacy = V.legacy_of_flat(name) if not found else None
@@ -124,6 +126,7 @@ class Snapshot:
     @property
     def names(self) -> set[str]:
         """Every sample name of the scrape (as sent: no flat copies of legacy names)."""
+        touch(self.source)
         return set(self._index)
 
     def has(self, name: str) -> bool:
@@ -157,6 +160,7 @@ class Snapshot:
 
     def server_instance(self) -> str:
         """Identity of the server process: counters' `_created` stamps are set at its start."""
+        touch(self.source)
         created = [s.value for name in self._index if name.endswith("_created") for s in self._samples(name)]
         return f"{min(created):.3f}" if created else "unknown"
 
@@ -203,9 +207,14 @@ class Snapshot:
         return int(info["cpu_kv_cache_size_bytes"]) if "cpu_kv_cache_size_bytes" in info else None
 
     # -- the tidy table -----------------------------------------------------------------------------
-    @cached_property
+    @property
     def samples(self) -> "pd.DataFrame":
         """Every sample (COLUMNS; labels a sorted tuple of pairs), flat copies of legacy names last."""
+        touch(self.source)
+        return self._table
+
+    @cached_property
+    def _table(self) -> "pd.DataFrame":
         text = self._text if self._text is not None else "".join(line + "\n" for line in self._lines)
         return _table(text, self.source)
 
@@ -275,7 +284,7 @@ class Histogram:
 def parse_prometheus(text: str, path: str | Path = "<metrics>") -> Snapshot:
     """A Snapshot whose whole table is parsed at once (a malformed line is an error naming it)."""
     snap = Snapshot.parse(text, str(path))
-    snap.samples  # noqa: B018 (parsed now, so a bad value is an error here, as the data contract wants)
+    snap._table  # noqa: B018 (parsed now, so a bad value is an error here, as the data contract wants)
     return snap
 
 
