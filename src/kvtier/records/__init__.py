@@ -1,8 +1,10 @@
-"""kvtier.records: the raw records' one reader (and writer) per kind.
+"""kvtier.records: the raw records' readers, one per kind, so each format is parsed in one place.
 
-Every raw format is parsed here and only here: Prometheus snapshots (`prometheus`), with all the
-vLLM-version knowledge in one table (`vllm`). A reader returns a typed record that carries the
-path and sha256 it read; the data contract's checks run in the readers, so every domain that
-consumes a record has had it checked. Domains (production, eviction, lab, sweep, counterfactual)
-take records from here and do not parse raw files themselves.
+`prometheus` (/metrics snapshots), `clientlog` (client.jsonl), `geometry` (the server's blocks
+and the offload pool, derived once and cross-checked across every source), `vllm` (all
+vLLM-version knowledge: metric names, renames, the versions they exist from) and `touch`
+(provenance: a computation's value carries the files its records touched). The data contract's
+checks run in the readers, so every domain that consumes a record has had it checked. The server
+log, the worker lines, the eviction and lab run folders, host facts, cold reads and headroom are
+still read in their domains' modules (docs/ARCHITECTURE.md, Layers): the next to move here.
 """
