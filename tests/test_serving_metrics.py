@@ -60,5 +60,7 @@ def test_label_subsets_and_info_labels() -> None:
     snap = Snapshot.parse(text)
     assert snap.value("t_total", source="gpu") == 7.0
     assert snap.value("t_total") == 12.0
-    assert snap.value("absent_total") == 0
+    assert snap.total("absent_total") == 0  # total: 0 where absent; value: an error naming the file
+    with pytest.raises(RawRecordError, match="missing metric absent_total"):
+        snap.value("absent_total")
     assert snap.labels_of("i") == {"block_size": "16", "x": "a}b"}

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .errors import RawRecordError
+from .records.touch import touch
 from .observation import read_host
 
 COLUMNS = ["prompt_tokens", "ttft_s", "timed_on", "host", "model", "source"]
@@ -77,6 +78,7 @@ def read_coldreads(path: str | Path) -> list[TimedRead]:
     """Read and check coldreads.csv (a handful of rows: the csv module, no pandas, so the rule that
     only prints them starts fast); errors name the file and the line."""
     path = Path(path)
+    touch(path)
     with path.open(newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
     if not rows or rows[0] != COLUMNS:

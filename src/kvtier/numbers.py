@@ -11,7 +11,9 @@ import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
+
+from .records.touch import sources_of, traced
 
 Value = float | int | list
 
@@ -38,11 +40,11 @@ def _clean(value: object, key: str) -> Value:
     if isinstance(value, (list, tuple)):
         return [_clean(v, key) for v in value]  # type: ignore[misc]
     if isinstance(value, int):
-        return value
+        return int(value)  # a traced int: its value
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ValueError(f"number {key!r} is {value}: refusing to register a non-finite value")
-        return value
+        return float(value)
     raise TypeError(f"number {key!r}: value {value!r} of type {type(value).__name__} is not numeric")
 
 
@@ -62,7 +64,15 @@ class NumbersWriter:
         the numbers that follow come from settings alone."""
         self.current = tuple(sorted({Path(p).as_posix() for p in paths}))
 
+    def compute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """fn(*args, **kwargs), its result carrying the raw files the call read (records.touch):
+        a number added from it names those files, with no list written beside it."""
+        return traced(fn, *args, **kwargs)
+
     def add(self, key: str, value: object, unit: str, *, inputs: Iterable[str] | None = None, note: str = "") -> None:
+        """Register a number. Its provenance: `inputs` if given; else the files its value carries
+        (computed through `compute`); else those of the last `reading()`; else the rule's inputs."""
+        carried = sources_of(value)
         if not key.startswith(self.topic + "."):
             raise ValueError(f"key {key!r} does not belong to topic {self.topic!r}")
         if key in self.numbers:
@@ -71,7 +81,7 @@ class NumbersWriter:
             "value": _clean(value, key),
             "unit": unit,
             "rule": self.rule,
-            "inputs": sorted(inputs) if inputs is not None else
+            "inputs": sorted(inputs) if inputs is not None else sorted(carried) if carried else
             list(self.current) if self.current is not None else sorted(map(str, self.inputs)),
             "note": note,
         }

@@ -15,7 +15,9 @@ import numpy as np
 import pandas as pd
 
 from ..errors import RawRecordError
-from ..serving.metrics import Snapshot
+from ..production.runcontract.logfacts import read_log_facts
+from ..records import geometry
+from ..records.prometheus import Snapshot
 from .checks import restore_checks
 from .conversation import find_codes
 from . import logprobs as lp_mod
@@ -43,11 +45,7 @@ def offload_block_bytes(run: Run) -> int | None:
     kvtier worker line first, else what run.yaml recorded from the model's geometry."""
     log = run.dir / "server.log"
     from_log = offload_block_bytes_from_log(log) if log.exists() else None
-    recorded = run.meta["server"].get("offload_block_bytes") or {}
-    if from_log and recorded.get("model") and from_log != recorded["model"]:
-        raise RawRecordError(log, f"bytes per offloaded block {from_log:,} disagree with the model's geometry "
-                                  f"({recorded['model']:,}) recorded in run.yaml")
-    return from_log or recorded.get("model")
+    return geometry.offload_block_bytes(from_log, run.meta["server"].get("offload_block_bytes") or {}, log)
 
 
 def _logprob_check(run: Run, rec: dict[str, Any], cycle: int, computed: float,
@@ -60,6 +58,14 @@ def _logprob_check(run: Run, rec: dict[str, Any], cycle: int, computed: float,
     hit_delta = request_delta(read(run.dir / h["metrics_before"]), read(run.dir / h["metrics_after"]))
     tol = float(run.meta["plan"].get("logprob_tolerance", 0.05))
     return lp_mod.verdict(lp_mod.compare(rec["logprobs"], h["logprobs"]), hit_delta["computed_tokens"] == computed, tol)
+
+
+def check_run_geometry(run: Run, snaps: list[Snapshot]) -> None:
+    """run.yaml's pool and blocks against the server log's (startup args, the offload worker's
+    line) and the snapshots' cache_config_info, as the run contract checks a capture's."""
+    log = run.dir / "server.log"
+    if log.is_file():
+        geometry.check_geometry(run.dir / "run.yaml", dict(run.meta.get("server") or {}), read_log_facts(log), snaps)
 
 
 def measured_rows(run: Run) -> list[dict[str, Any]]:
@@ -108,6 +114,7 @@ def measured_rows(run: Run) -> list[dict[str, Any]]:
                         "logprob_same_compute": lp.get("same_compute"), "logprob_positions": lp.get("positions"),
                         "run_dir": run.dir.as_posix(), "metrics_before": rec["metrics_before"], "metrics_after": rec["metrics_after"],
                     })
+    check_run_geometry(run, [parsed[p] for p in list(parsed)[:1] + list(parsed)[-1:]])
     return rows
 
 

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..serving.metrics import Snapshot
+from ..records.geometry import offload_block_tokens
+from ..records.prometheus import Snapshot
 
 
 def request_delta(before: Snapshot, after: Snapshot) -> dict[str, float | None]:
@@ -24,14 +25,6 @@ def request_delta(before: Snapshot, after: Snapshot) -> dict[str, float | None]:
     out["load_bytes"] = None if lb is None or la is None else la - lb
     out["load_time_s"] = None if tb is None or ta is None else ta - tb
     return out
-
-
-def offload_block_tokens(snap: Snapshot, fallback: int | None) -> int | None:
-    info = snap.labels_of("vllm:kv_offload_config_info")
-    try:
-        return int(info["cpu_kv_cache_size_tokens"]) // int(info["cpu_num_chunks"])
-    except (KeyError, ValueError, ZeroDivisionError):
-        return fallback
 
 
 def restore_checks(before: Snapshot, after: Snapshot, prompt_tokens: int, block_tokens: int | None,

@@ -24,7 +24,7 @@ from tqdm import tqdm
 from ..errors import RawRecordError
 from ..serving.client import RequestFailed, ServingClient
 from ..serving import fieldchecks
-from ..serving.metrics import Snapshot
+from ..records.prometheus import Snapshot
 from ..serving.server import ServerDied, VllmServer, kv_cache_tokens_from_log, offload_block_bytes_from_log
 from . import conversation as conv_mod
 from . import logprobs as lp_mod

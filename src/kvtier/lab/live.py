@@ -17,9 +17,10 @@ import re
 import pandas as pd
 
 from ..errors import RawRecordError
-from ..serving.metrics import Snapshot
+from ..records.geometry import shape_from
+from ..records.prometheus import Snapshot
 from ..production import runcontract
-from ..production.promtext import read_prometheus
+from ..records.prometheus import read_prometheus
 from ..sim import TieredCache
 from ..step_budget import step_tokens_of
 from .experiments import requests_from_rows
@@ -94,17 +95,6 @@ def shape_of(metrics: Path, server_log: Path) -> dict[str, int | None]:
     server = {**{k: setup[k] for k in ("tier", "offload_gib", "offload_block_tokens") if k in setup}, "command": setup.get("args")}
     runcontract.check_geometry(run_yaml, server, log, [read_prometheus(metrics)])  # run.yaml, connector, worker, cache_config_info
     return shape_from(metrics, log.worker)
-
-
-def shape_from(metrics: Path, worker: dict[str, int] | None) -> dict[str, int | None]:
-    """shape_of, given the worker's startup line already read (kvtier.offload_worker)."""
-    info = Snapshot.read(metrics).labels_of("vllm:cache_config_info")
-    try:
-        block, blocks = int(info["block_size"]), int(info["num_gpu_blocks"])
-    except (KeyError, ValueError):
-        raise RawRecordError(metrics, "cache_config_info lacks block_size / num_gpu_blocks") from None
-    return {"block_tokens": block, "kv_blocks": blocks, "chunk_blocks": (worker or {}).get("blocks_per_chunk"),
-            "cpu_chunks": (worker or {}).get("host_chunks")}
 
 
 LMCACHE_BYTES_PER_TOKEN = re.compile(r"kvtier_lmcache_cpu: registered .*?bytes_per_token=(\d+)")

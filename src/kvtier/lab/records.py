@@ -17,7 +17,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import RawRecordError, capped_lines
-from ..serving.metrics import Snapshot
+from ..records.geometry import server_block_tokens
+from ..records.prometheus import Snapshot
 from . import PASSES
 from ..yamlio import load_yaml
 
@@ -171,7 +172,7 @@ def metrics_by_pass(metrics_dir: str | Path, setup: str) -> list[PassMetrics]:
              "vllm:external_prefix_cache_hits_total", "vllm:prompt_tokens_total", "vllm:request_success_total")
     out = []
     for p, before, after in zip(PASSES, snaps, snaps[1:]):
-        d = [after.value(n) - before.value(n) for n in names]
+        d = [after.total(n) - before.total(n) for n in names]
         if min(d) < 0:
             raise RawRecordError(files[PASSES.index(p) + 1], "a counter went down between snapshots")
         out.append(PassMetrics(setup, p, *d))
@@ -179,7 +180,7 @@ def metrics_by_pass(metrics_dir: str | Path, setup: str) -> list[PassMetrics]:
 
 
 def block_tokens(metrics_dir: str | Path) -> int:
-    info = Snapshot.read(sorted(Path(metrics_dir).glob("*.prom"))[0]).labels_of("vllm:cache_config_info")
-    if "block_size" not in info:
-        raise RawRecordError(metrics_dir, "no vllm:cache_config_info with block_size in the first snapshot")
-    return int(info["block_size"])
+    try:
+        return server_block_tokens(Snapshot.read(sorted(Path(metrics_dir).glob("*.prom"))[0]))
+    except RawRecordError:
+        raise RawRecordError(metrics_dir, "no vllm:cache_config_info with block_size in the first snapshot") from None

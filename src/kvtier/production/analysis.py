@@ -8,7 +8,6 @@ registers as `prod.*` numbers, plus the per-restore table behind Figure 1b.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
@@ -17,7 +16,9 @@ import pandas as pd
 from ..coldread import ColdReadModel
 from ..errors import RawRecordError
 from .logsummary import LogSummary, summary_of
-from .promtext import Snapshot
+from ..records.geometry import PoolGeometry, pool_geometry  # noqa: F401 (re-exported)
+from ..records.prometheus import Snapshot
+from ..records.touch import touch
 from .vllmlog import ServerLog
 
 Log = ServerLog | LogSummary  # a log in tables (tests) or streamed to its summary (the pipeline)
@@ -26,81 +27,6 @@ GIB = 2.0**30
 
 
 # ---------------------------------------------------------------- server facts
-
-@dataclass(frozen=True)
-class PoolGeometry:
-    """The offload pool as the server configured it: what a block is in tokens and bytes, and
-    the server's own (GPU-side) block, the unit a restore copies in."""
-
-    block_tokens: int
-    bytes_per_block: int
-    blocks: int
-    server_block_tokens: int
-
-    @property
-    def bytes_per_token(self) -> float:
-        return self.bytes_per_block / self.block_tokens
-
-    @property
-    def tokens(self) -> int:
-        return self.blocks * self.block_tokens
-
-    @property
-    def bytes(self) -> int:
-        return self.blocks * self.bytes_per_block
-
-    @property
-    def bytes_per_server_block(self) -> float:
-        return self.bytes_per_token * self.server_block_tokens
-
-
-def pool_geometry(snap: Snapshot, log: Log) -> PoolGeometry:
-    """From vllm:kv_offload_config_info (vLLM 0.33+: chunks, bytes, tokens) or, where the server
-    does not export it (0.32), from the startup line of kvtier's CPU offload worker (vLLM's own
-    page sizes); checked against the connector's block_size in the startup args, the size in the
-    'Created mmap file' line, and the server's block size (vllm:cache_config_info)."""
-    facts = log.facts()
-    conf = (facts.get("args", {}).get("kv_transfer_config") or {}).get("kv_connector_extra_config", {})
-    rows = snap.select("vllm:kv_offload_config_info")
-    worker = facts.get("offload_worker")
-    if not rows.empty:
-        info = dict(rows["labels"].iloc[0])
-        line = int(rows["line"].iloc[0])
-        try:
-            chunks = int(info["cpu_num_chunks"])
-            per_chunk = int(info.get("cpu_blocks_per_chunk", "1"))
-            size = int(info["cpu_kv_cache_size_bytes"])
-            tokens = int(info["cpu_kv_cache_size_tokens"])
-        except (KeyError, ValueError) as e:
-            raise RawRecordError(snap.path, f"vllm:kv_offload_config_info lacks a usable label ({e})", line=line) from None
-        if chunks <= 0 or size % chunks or tokens % chunks:
-            raise RawRecordError(snap.path, "pool size is not a whole number of chunks", line=line)
-        block_tokens, per_block = tokens // chunks, size // chunks
-        if "block_size" in conf and int(conf["block_size"]) * per_chunk != block_tokens:
-            raise RawRecordError(log.path, f"connector block_size {conf['block_size']} disagrees with the pool's "
-                                           f"{block_tokens} tokens per chunk in {snap.path}", line=log.segments[-1].first_line)
-    elif worker is not None:
-        if "block_size" not in conf:
-            raise RawRecordError(log.path, "the offload worker's startup line gives the pool in blocks, but the startup "
-                                           "args name no connector block_size (kv_connector_extra_config)",
-                                 line=int(worker["line"]))
-        if "host_chunks" not in worker:
-            raise RawRecordError(log.path, "the offload worker's startup line gives no host_chunks", line=int(worker["line"]))
-        block_tokens, per_block, chunks = int(conf["block_size"]), int(worker["bytes_per_offloaded_block"]), int(worker["host_chunks"])
-        size = per_block * chunks
-    else:
-        raise RawRecordError(snap.path, "no pool geometry: neither vllm:kv_offload_config_info (vLLM 0.33+) nor the "
-                                        f"startup line of kvtier's CPU offload worker in {log.path}")
-    if "mmap_gb" in facts and abs(facts["mmap_gb"] - size / 1e9) > 0.006:
-        raise RawRecordError(log.path, f"mmap file of {facts['mmap_gb']} GB but the pool is {size / 1e9:.2f} GB")
-    cache = snap.select("vllm:cache_config_info")
-    server_block = int(dict(cache["labels"].iloc[0]).get("block_size", block_tokens)) if not cache.empty else block_tokens
-    if server_block <= 0 or block_tokens % server_block:
-        raise RawRecordError(snap.path, f"the pool's {block_tokens}-token block is not a whole number of the server's "
-                                        f"{server_block}-token blocks (vllm:cache_config_info)",
-                             line=snap.first_line("vllm:cache_config_info"))
-    return PoolGeometry(block_tokens, per_block, chunks, server_block)
-
 
 def server_facts(log: Log) -> dict[str, float | None]:
     """Startup facts: context length, GPU KV pool (tokens, bytes), model memory. The KV memory
@@ -151,14 +77,24 @@ def ttft_shares(snap: Snapshot, fast_s: float, slow_s: float) -> dict[str, float
     return {"share_under_fast": h.at(fast_s) / h.count, "share_over_slow": 1 - h.at(slow_s) / h.count}
 
 
+def store_totals(snap: Snapshot) -> dict[str, float]:
+    """Store operations, bytes and time, from the counters alone."""
+    return {"count": snap.value("vllm:kv_offload_store_size_count"), "bytes": snap.value("vllm:kv_offload_store_bytes_total"),
+            "time": snap.value("vllm:kv_offload_store_time_total")}
+
+
+def expected_store_bytes(geometry: PoolGeometry, computed: float, generated: float) -> float:
+    """The KV of every computed prompt token and generated token: what 'copied as produced' stores."""
+    return (computed + generated) * geometry.bytes_per_token
+
+
 def store_stats(snap: Snapshot, period_s: float, geometry: PoolGeometry, computed: float, generated: float) -> dict[str, float]:
     """Store operations, bytes, time and its share of the period; bytes vs the KV of every
     computed prompt token and generated token (what 'copied as produced' predicts)."""
-    b = snap.value("vllm:kv_offload_store_bytes_total")
-    expected = (computed + generated) * geometry.bytes_per_token
-    t = snap.value("vllm:kv_offload_store_time_total")
-    return {"count": snap.value("vllm:kv_offload_store_size_count"), "bytes": b, "time": t,
-            "share_of_period": t / period_s, "expected_bytes": expected,
+    tot = store_totals(snap)
+    b, t = tot["bytes"], tot["time"]
+    expected = expected_store_bytes(geometry, computed, generated)
+    return {**tot, "share_of_period": t / period_s, "expected_bytes": expected,
             "deviation_from_expected": abs(b / expected - 1)}
 
 
@@ -304,6 +240,7 @@ HEADROOM_COLUMNS = ["host", "date", "pool_gib", "free_ram_gib", "shm_total_gib",
 
 
 def read_headroom(path: str) -> pd.DataFrame:
+    touch(path)
     df = pd.read_csv(path, dtype={"host": str, "note": str}, keep_default_na=True)
     if list(df.columns) != HEADROOM_COLUMNS:
         raise RawRecordError(path, f"columns must be {HEADROOM_COLUMNS}, found {list(df.columns)}", line=1)

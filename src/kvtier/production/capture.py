@@ -11,40 +11,21 @@ from another run, a lost line, or a request the server counted twice.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from ..errors import RawRecordError
 from . import runcontract
-from .promtext import Snapshot
+from ..records.clientlog import SUM_FAILED_FIELDS as FAILED_FIELDS, SUM_FIELDS as FIELDS, read_client  # noqa: F401 (re-exported)
+from ..records.prometheus import Snapshot
+from ..records.touch import quiet, touch
 from ..yamlio import load_yaml
-
-FIELDS = ("status", "prompt_tokens_sent", "usage_prompt_tokens", "cached_tokens", "completion_tokens")
-FAILED_FIELDS = ("status", "prompt_tokens_sent", "error")  # a failed request keeps its reason, not an answer's usage
-
-
-def read_client(path: str | Path, run_seconds: float | None = None) -> list[dict[str, Any]]:
-    """The client log's lines, each checked for the fields the sums need: an answered line
-    (status ok) for its usage, a failed line (status failed: an HTTP error such as a prompt over
-    max_model_len, a timeout) for its reason; and by the run contract (runcontract.client_lines:
-    times that can be, no request twice, the last line whole). Failed lines are kept, and left
-    out of the sums."""
-    rows = []
-    for i, _, r in runcontract.client_lines(path, run_seconds, not_json="not a JSON object"):
-        if r.get("status") not in ("ok", "failed"):
-            raise RawRecordError(path, "client record has no status 'ok' or 'failed'", line=i)
-        missing = [k for k in (FIELDS if r["status"] == "ok" else FAILED_FIELDS) if k not in r]
-        if missing:
-            raise RawRecordError(path, f"client record lacks {', '.join(missing)}", line=i)
-        r["_line"] = i
-        rows.append(r)
-    return rows
-
 
 def capture_facts(run_yaml: str | Path, client: str | Path, snap: Snapshot) -> dict[str, float]:
     """The replay's settings (run.yaml) and the client's sums, after checking them against the counters."""
+    touch(run_yaml)
     meta = load_yaml(Path(run_yaml).read_text(encoding="utf-8"))
     run_dir = Path(run_yaml).parent
-    runcontract.check_run_folder(run_dir, snap)  # counters, one server run, one geometry, job lines
+    with quiet():  # checks: they refuse a record, they make no value
+        runcontract.check_run_folder(run_dir, snap)  # counters, one server run, one geometry, job lines
     rows = read_client(client, runcontract.observation_seconds(run_dir / "host.yaml"))
     ok = [r for r in rows if r["status"] == "ok"]
     sums = {

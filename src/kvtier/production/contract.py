@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import RawRecordError
-from .promtext import Snapshot
+from ..records.prometheus import Snapshot
 from .logreader import LogChunk, v0_stats_line
 from .vllmlog import ServerLog
 

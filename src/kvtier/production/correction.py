@@ -19,10 +19,11 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import RawRecordError
+from ..records.touch import Touching, carry
 
 
 @dataclass(frozen=True)
-class Correction:
+class Correction(Touching):  # its values touch the eviction records it rests on (records.touch)
     """The offset used, where it came from, and the raw files it rests on."""
 
     blocks: float
@@ -66,7 +67,7 @@ def derive(requests: pd.DataFrame, runs: pd.DataFrame, setup: str, override: int
                                      "blocks a restore moves beyond those it serves cannot be derived; "
                                      "set production.restore_extra_blocks")
     blocks = float(override) if override is not None else float(derived)  # type: ignore[arg-type]
-    return Correction(blocks, derived, override is not None, len(rows), tuple(sorted(set(files))))
+    return carry(Correction(blocks, derived, override is not None, len(rows), tuple(sorted(set(files)))), *sorted(set(files)))
 
 
 def from_records(run_dirs: list[Path], run_schema: Path, request_schema: Path, setup: str,

@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import RawRecordError, capped_lines
+from ..records.touch import touch
 from .analysis import PoolGeometry
 
 JOB = re.compile(r"kvtier_cpu_offload: load job (\d+): (\d+) blocks, (\d+) bytes, ([\d.]+) s")
@@ -31,6 +32,7 @@ JOB = re.compile(r"kvtier_cpu_offload: load job (\d+): (\d+) blocks, (\d+) bytes
 
 def load_jobs(path: str | Path) -> pd.DataFrame:
     """Every load job line of a server log, in file order: line, job, blocks, bytes, seconds."""
+    touch(path)
     rows = []
     for i, text, _ in capped_lines(path, errors="replace"):  # lines capped: errors.MAX_LINE
         if "kvtier_cpu_offload: load job " in text:
@@ -71,8 +73,11 @@ def match(jobs: pd.DataFrame, restores: pd.DataFrame, geometry: PoolGeometry, pa
 def compare(matched: pd.DataFrame, jobs: pd.DataFrame, geometry: PoolGeometry, pool_tokens: float,
             counter_loads: float, large_tokens: float) -> dict[str, float]:
     """What the method gets right and wrong, in the terms the note uses."""
-    err = matched["error"].abs()
-    shared = matched["shared_by"] > 1
+    return {**compare_jobs(jobs, geometry, pool_tokens, counter_loads), **compare_matched(matched, counter_loads, large_tokens)}
+
+
+def compare_jobs(jobs: pd.DataFrame, geometry: PoolGeometry, pool_tokens: float, counter_loads: float) -> dict[str, float]:
+    """The jobs' own facts: how many, how many began inside a pool block, the blocks moved beyond those served."""
     moved_blocks = jobs["bytes"].sum() / geometry.bytes_per_block
     return {
         "jobs": float(len(jobs)),
@@ -81,6 +86,14 @@ def compare(matched: pd.DataFrame, jobs: pd.DataFrame, geometry: PoolGeometry, p
         "jobs_minus_counter": float(len(jobs) - counter_loads),
         # blocks moved beyond those served, per restore, from the counters' pool tokens
         "correction_measured": float((moved_blocks - pool_tokens / geometry.block_tokens) / len(jobs)) if len(jobs) else np.nan,
+    }
+
+
+def compare_matched(matched: pd.DataFrame, counter_loads: float, large_tokens: float) -> dict[str, float]:
+    """The method's sizes (the restores it sized) against the jobs they stand for."""
+    err = matched["error"].abs()
+    shared = matched["shared_by"] > 1
+    return {
         "visible_share": float(len(matched) / counter_loads) if counter_loads else np.nan,
         "median_abs_error": float(err.median()),
         "median_abs_error_shared": float(err[shared].median()) if shared.any() else 0.0,

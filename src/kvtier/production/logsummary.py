@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..records.touch import PathTouching
 from .contract import LogChecker, Repair
 from .logreader import LogChunk, LogReader
 from .vllmlog import TRANSFER_COLUMNS, Segment, ServerLog
@@ -26,7 +27,7 @@ HOUR = 3600
 
 
 @dataclass
-class LogSummary:
+class LogSummary(PathTouching):  # its data touches its file (records.touch): provenance read off the records
     """What the analysis reads from a server log, the same for any log size."""
 
     path: str

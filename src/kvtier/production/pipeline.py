@@ -28,11 +28,12 @@ from .capture import capture_facts
 from .logsummary import LogSummary, summarize_server_log
 from .plausible import check_plausible
 from .correction import Correction
-from .promtext import Snapshot, read_prometheus
+from ..records.prometheus import Snapshot, read_prometheus
+from ..records.touch import Touching, touch
 
 
 @dataclass
-class Records:
+class Records(Touching):  # each field touches the file it came from (records.touch)
     snap: Snapshot
     log: LogSummary
     host: dict[str, Any]
@@ -42,6 +43,17 @@ class Records:
     host_path: str
     geometry: A.PoolGeometry  # the pool as the records give it, derived once at ingest
     interval_s: float         # the report interval (host.yaml; vLLM's default otherwise)
+
+    def __getattribute__(self, name: str) -> Any:
+        """host, start, end, interval_s: host.yaml; repairs: the server log (snap, log and
+        geometry touch their own files when read)."""
+        of = _RECORD_FILE.get(name)
+        if of is not None:
+            touch(object.__getattribute__(self, "host_path") if of == "host" else object.__getattribute__(self, "log").path)
+        return object.__getattribute__(self, name)
+
+
+_RECORD_FILE = {"host": "host", "start": "host", "end": "host", "interval_s": "host", "repairs": "log"}
 
 
 def ingest(metrics: str | Path, log: str | Path, host: str | Path, settings: dict[str, Any]) -> Records:
@@ -103,70 +115,63 @@ def analyse(rec: Records, coldreads: str | Path | None, settings: dict[str, Any]
     P = str(settings.get("numbers_prefix", "prod"))
     if correction is None:
         correction = Correction(float(settings["restore_extra_blocks"]), None, True, 0, ())
-    # each group of numbers names the raw files it reads (w.reading), for per-number provenance
-    M, L, H, E = snap.path, log.path, rec.host_path or snap.path, correction.files
-    w.reading(M, H)
-    period = rec.end.timestamp() - snap.created()
+    # Provenance is read off the records (kvtier.records.touch): each value is computed through
+    # T = w.compute, which notes the raw files the call read (and those its traced arguments
+    # carry); a number names the files its value carries. A value from settings alone carries
+    # none: w.reading() (no files) stands for them.
+    T = w.compute
+    w.reading()
+    period = T(lambda: rec.end.timestamp() - snap.created())
     w.add(f"{P}.period", period, "s", note="from the counters' _created time to the snapshot (observation.end)")
 
     if capture is not None:
-        w.reading(*capture, M)
-        for k, v in capture_facts(capture[0], capture[1], snap).items():
+        for k, v in T(capture_facts, capture[0], capture[1], snap).items():
             w.add(f"{P}.capture.{k}", v, {"scale": "x", "compress": "x", "max_duration": "s", "cached_tokens": "tokens"}.get(k, "count"))
-    facts = A.server_facts(log)
+    facts = T(A.server_facts, log)
     geo = rec.geometry
-    w.reading(L)
     w.add(f"{P}.context_tokens", facts["context_tokens"], "tokens")
     w.add(f"{P}.gpu_pool.tokens", facts["gpu_pool_tokens"], "tokens")
     w.add(f"{P}.gpu_pool.bytes", facts["gpu_pool_bytes"], "B")
     w.add(f"{P}.gpu_pool.context_windows", facts["gpu_pool_context_windows"], "count")
     if facts["weights_bytes"] is not None:
         w.add(f"{P}.host.weights", facts["weights_bytes"], "B")
-    w.reading(H)
-    for key, value, unit in host_facts(rec.host, H):
+    for key, value, unit in T(lambda: host_facts(rec.host, rec.host_path)):
         w.add(f"{P}.host.{key}", value, unit)
 
-    w.reading(M)
-    src = A.token_sources(snap)
+    src = T(A.token_sources, snap)
     for k in ("prompt", "gpu", "pool", "computed", "missed"):
         w.add(f"{P}.tokens.{k}", src[k], "tokens")
     for k in ("share_gpu", "share_pool", "share_computed", "pool_share_of_misses"):
         w.add(f"{P}.tokens.{k}", src[k], "fraction")
 
     low, high = settings["prompt_edges"]
-    req = A.request_stats(snap, (low, high))
+    req = T(A.request_stats, snap, (low, high))
     w.add(f"{P}.requests", req["requests"], "requests")
     w.add(f"{P}.prompt.mean_tokens", req["mean_prompt"], "tokens")
     w.add(f"{P}.prompt.share_above_200k", req["share_above_low"], "fraction", note=f"above {low:g} tokens")
     w.add(f"{P}.prompt.share_above_500k", req["share_above_high"], "fraction", note=f"above {high:g} tokens")
-    w.reading()
     w.add(f"{P}.prompt.low_edge", low, "tokens")
     w.add(f"{P}.prompt.high_edge", high, "tokens")
 
-    w.reading(M)
-    tt = A.ttft_shares(snap, settings["ttft_fast_s"], settings["ttft_slow_s"])
+    tt = T(A.ttft_shares, snap, settings["ttft_fast_s"], settings["ttft_slow_s"])
     w.add(f"{P}.ttft.share_under_1s", tt["share_under_fast"], "fraction")
     w.add(f"{P}.ttft.share_over_20s", tt["share_over_slow"], "fraction")
-    w.reading()
     w.add(f"{P}.ttft.fast_edge", settings["ttft_fast_s"], "s")
     w.add(f"{P}.ttft.slow_edge", settings["ttft_slow_s"], "s")
 
-    generated = snap.value("vllm:generation_tokens_total")
-    st = A.store_stats(snap, period, geo, src["computed"], generated)
-    w.reading(M)
+    generated = T(snap.value, "vllm:generation_tokens_total")
+    st = T(A.store_totals, snap)
+    expected = T(A.expected_store_bytes, geo, src["computed"], generated)
     w.add(f"{P}.tokens.generated", generated, "tokens")
     w.add(f"{P}.stores.count", st["count"], "count")
     w.add(f"{P}.stores.bytes", st["bytes"], "B")
     w.add(f"{P}.stores.time", st["time"], "s")
-    w.reading(M, H)
-    w.add(f"{P}.stores.share_of_period", st["share_of_period"], "fraction")
-    w.reading(M, L)
-    w.add(f"{P}.stores.expected_bytes", st["expected_bytes"], "B")
-    w.add(f"{P}.stores.deviation_from_expected", st["deviation_from_expected"], "fraction")
-    w.add(f"{P}.stores.share_of_expected", st["bytes"] / st["expected_bytes"], "fraction")
+    w.add(f"{P}.stores.share_of_period", st["time"] / period, "fraction")
+    w.add(f"{P}.stores.expected_bytes", expected, "B")
+    w.add(f"{P}.stores.deviation_from_expected", abs(st["bytes"] / expected - 1), "fraction")
+    w.add(f"{P}.stores.share_of_expected", st["bytes"] / expected, "fraction")
 
-    w.reading(M)
-    lk = A.lookup_stats(snap, settings["deferred_threshold_s"])
+    lk = T(A.lookup_stats, snap, settings["deferred_threshold_s"])
     w.add(f"{P}.lookups.count", lk["count"], "count")
     w.add(f"{P}.lookups.time", lk["time"], "s")
     w.add(f"{P}.lookups.mean_time", lk["mean_time"], "s")
@@ -174,43 +179,37 @@ def analyse(rec: Records, coldreads: str | Path | None, settings: dict[str, Any]
         w.add(f"{P}.deferred.count", lk["deferred_count"], "count")
         w.add(f"{P}.deferred.time", lk["deferred_time"], "s")
         w.add(f"{P}.deferred.under_threshold", lk["deferred_under"], "count")
-        w.reading()
         w.add(f"{P}.deferred.threshold", settings["deferred_threshold_s"], "s")
-    w.reading(M)
 
-    ld = A.load_stats(snap, settings["link_max_bytes_per_s"])
+    ld = T(A.load_stats, snap, settings["link_max_bytes_per_s"])
     w.add(f"{P}.restores.count", ld["count"], "count")
     w.add(f"{P}.restores.bytes", ld["bytes"], "B")
     w.add(f"{P}.restores.transfer_time", ld["time"], "s")
     w.add(f"{P}.restores.bandwidth", ld["bandwidth"], "B/s")
     w.add(f"{P}.restores.share_of_pcie", ld["share_of_pcie"], "fraction")
-    w.reading()
     w.add(f"{P}.restores.pcie_limit", settings["link_max_bytes_per_s"], "B/s",
           note=f"{settings.get('link_name', 'the host link')} (config: production.link_max_bytes_per_s)")
 
-    pool = A.pool_stats(geo, facts["gpu_pool_tokens"], st["bytes"], snap)
-    w.reading(M, L)
+    pool = T(A.pool_stats, geo, facts["gpu_pool_tokens"], st["bytes"], snap)
     w.add(f"{P}.pool.bytes", pool["bytes"], "B")
     w.add(f"{P}.pool.blocks", pool["blocks"], "blocks")
     w.add(f"{P}.pool.tokens", pool["tokens"], "tokens")
     w.add(f"{P}.pool.block_tokens", pool["block_tokens"], "tokens")
-    w.add(f"{P}.pool.block_bytes", geo.bytes_per_block, "B")
+    w.add(f"{P}.pool.block_bytes", T(lambda: geo.bytes_per_block), "B")
     w.add(f"{P}.pool.ratio_to_gpu_pool", pool["ratio_to_gpu_pool"], "x")
     w.add(f"{P}.pool.turnover", pool["turnover"], "x")
     w.add(f"{P}.pool.usage_gauge", pool["usage_gauge"], "fraction")
 
-    extra = correction.blocks
-    restores = A.size_restores(log, geo, extra)
-    rs = A.restore_stats(restores, ld["count"], src["pool"], req["requests"], settings["large_restore_tokens"],
-                         settings["huge_restore_tokens"])
-    w.reading(*E)
+    extra = T(lambda: correction.blocks)
+    restores = T(A.size_restores, log, geo, extra)
+    rs = T(A.restore_stats, restores, ld["count"], src["pool"], req["requests"], settings["large_restore_tokens"],
+           settings["huge_restore_tokens"])
     w.add(f"{P}.restores.extra_blocks", extra, "blocks", note="set in config" if correction.overridden else
           f"derived from {correction.restores} restore(s) of the eviction test on this setup")
     w.add(f"{P}.restores.extra_blocks_overridden", int(correction.overridden), "count",
           inputs=[] if correction.overridden else list(correction.files))
     if correction.derived is not None:
         w.add(f"{P}.restores.extra_blocks_derived", correction.derived, "blocks", inputs=list(correction.files))
-    w.reading(M, L, *E)
     w.add(f"{P}.restores.visible", rs["visible"], "count")
     w.add(f"{P}.restores.unseen", rs["count"] - rs["visible"], "count")
     w.add(f"{P}.restores.sized_share_of_counter", rs["sized_share_of_counter"], "fraction")
@@ -218,10 +217,8 @@ def analyse(rec: Records, coldreads: str | Path | None, settings: dict[str, Any]
     w.add(f"{P}.restores.share_of_requests", rs["share_of_requests"], "fraction")
     w.add(f"{P}.restores.mean_tokens", rs["mean_tokens"], "tokens")
     w.add(f"{P}.restores.median_tokens", rs["median_tokens"], "tokens")
-    w.reading()
     w.add(f"{P}.restores.large_edge", settings["large_restore_tokens"], "tokens")
     w.add(f"{P}.restores.huge_edge", settings["huge_restore_tokens"], "tokens")
-    w.reading(M, L, *E)
     w.add(f"{P}.restores.n_at_least_100k", rs["n_at_least_large"], "count")
     w.add(f"{P}.restores.token_share_at_least_100k", rs["token_share_at_least_large"], "fraction")
     w.add(f"{P}.restores.n_above_500k", rs["n_above_huge"], "count")
@@ -233,10 +230,10 @@ def analyse(rec: Records, coldreads: str | Path | None, settings: dict[str, Any]
 
     tables: dict[str, pd.DataFrame] = {}
     if settings.get("load_jobs_logged"):  # the worker printed every load job: the method against the truth
-        jobs = GT.load_jobs(L)
-        matched = GT.match(jobs, restores, geo, L)
-        gt = GT.compare(matched, jobs, geo, src["pool"], ld["count"], settings["large_restore_tokens"])
-        w.reading(L, M)
+        jobs = T(GT.load_jobs, log.path)
+        matched = T(GT.match, jobs, restores, geo, log.path)
+        gt = {**T(GT.compare_matched, matched, ld["count"], settings["large_restore_tokens"]),
+              **T(GT.compare_jobs, jobs, geo, src["pool"], ld["count"])}
         for k, unit in (("jobs", "count"), ("share_partial_blocks", "fraction"), ("jobs_minus_counter", "count"), ("correction_measured", "blocks"),
                         ("visible_share", "fraction"), ("median_abs_error", "fraction"),
                         ("median_abs_error_shared", "fraction"), ("share_within_10pct", "fraction"),
@@ -247,40 +244,33 @@ def analyse(rec: Records, coldreads: str | Path | None, settings: dict[str, Any]
                         ("n_at_least_large_true", "count"), ("largest_method", "tokens"), ("largest_true", "tokens")):
             w.add(f"{P}.method.{k}", gt[k], unit)
         tables["method"] = matched
+    sized = restores  # before the cold reads join it: the hours read only what the reports give
     if coldreads:
-        model = model_from_csv(coldreads)
-        cr, restores = A.coldread_stats(restores, model)
-        w.reading(M, L, str(coldreads), *E)
+        model = T(model_from_csv, coldreads)
+        cr, restores = T(A.coldread_stats, restores, model)
         w.add(f"{P}.coldread.total", cr["total"], "s")
         w.add(f"{P}.coldread.share_extrapolated", cr["share_extrapolated"], "fraction")
         w.add(f"{P}.coldread.median_restore", cr["median_restore"], "s")
         w.add(f"{P}.restores.largest.cold_read", cr["largest"], "s")
 
-    hr = A.hour_stats(log, restores, ld["count"], int(settings["top_hours"]))
-    w.reading(L)
-    w.add(f"{P}.hours.with_traffic", hr["with_traffic"], "count")
+    hours = T(lambda: len(A.summary_of(log).busy_hours))
+    w.add(f"{P}.hours.with_traffic", T(lambda: float(len(A.summary_of(log).busy_hours))), "count")
     w.add(f"{P}.hours.in_period", period / 3600, "count")
-    w.reading(L, M)
-    w.add(f"{P}.restores.per_traffic_hour", hr["restores_per_traffic_hour"], "count")
-    w.reading()
-    w.add(f"{P}.hours.top_count", hr["top_count"], "count")
-    w.reading(M, L, *E)
-    w.add(f"{P}.hours.top_restore_share", hr["top_restore_share"], "fraction")
-    w.reading(L)
-    w.add(f"{P}.max_running", hr["max_running"], "requests")
+    w.add(f"{P}.restores.per_traffic_hour", ld["count"] / hours, "count")
+    w.add(f"{P}.hours.top_count", float(int(settings["top_hours"])), "count")
+    w.add(f"{P}.hours.top_restore_share", T(A.hour_stats, log, sized, ld["count"], int(settings["top_hours"]))["top_restore_share"],
+          "fraction")
+    w.add(f"{P}.max_running", T(lambda: A.summary_of(log).max_running), "requests")
 
-    cov = A.log_coverage(log, snap)
-    w.reading(L, M)
+    cov = T(A.log_coverage, log, snap)
     w.add(f"{P}.contract.log_load_share", cov["load_bytes"], "fraction")
     w.add(f"{P}.contract.log_store_share", cov["store_bytes"], "fraction")
-    w.reading(L)
-    w.add(f"{P}.contract.repairs", len(rec.repairs), "count")
-    w.add(f"{P}.contract.missing_seconds", sum(r.seconds for r in rec.repairs), "s")
-    w.add(f"{P}.contract.segments", len(log.segments), "count")
+    w.add(f"{P}.contract.repairs", T(lambda: len(rec.repairs)), "count")
+    w.add(f"{P}.contract.missing_seconds", T(lambda: sum(r.seconds for r in rec.repairs)), "s")
+    w.add(f"{P}.contract.segments", T(lambda: len(log.segments)), "count")
 
     if headroom:
-        hd = A.headroom_stats(A.read_headroom(str(headroom)), str(rec.host.get("setup", "C")))
-        w.reading(str(headroom), H)
+        hd = T(lambda: A.headroom_stats(A.read_headroom(str(headroom)), str(rec.host.get("setup", "C"))))
         for k in ("tight.pool", "tight.free", "ok1.pool", "ok1.free", "ok2.pool", "ok2.free"):
             w.add(f"{P}.headroom.{k}", hd[k], "B")
         w.add(f"{P}.shm.failed_pool", hd["failed_pool"], "B")

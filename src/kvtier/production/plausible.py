@@ -21,7 +21,7 @@ import math
 
 from ..errors import RawRecordError
 from .analysis import PoolGeometry
-from .promtext import Snapshot
+from ..records.prometheus import Snapshot
 
 PER_TOKEN_SLACK = 2.0  # block rounding and the blocks a restore moves on top; a unit slip is >= 1000x
 SAME = {("load", "bytes"): ("vllm:kv_offload_load_bytes_total", "CPU_to_GPU", "vllm:kv_offload_total_bytes_total"),

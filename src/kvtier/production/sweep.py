@@ -41,66 +41,16 @@ from ..sim.resident import Admission, ResidentCache, replay_admitted
 from ..step_budget import step_tokens_of
 from . import runcontract
 from .analysis import token_sources
-from .promtext import Snapshot, read_prometheus
+from ..records.clientlog import ANSWERED_FIELDS, CLIENT_FIELDS, FAILED_FIELDS, read_client_log  # noqa: F401 (re-exported)
+from ..records.prometheus import Snapshot, read_prometheus
 from ..yamlio import load_yaml
 
 GIB = 2**30
 SOURCES = ("gpu", "pool", "computed")
 MODELS = ("measured", "simulated", "sequential")  # counters; the replay as the server ran it; one at a time
-# client.jsonl: the fields a sweep reads from every line, and their types
-CLIENT_FIELDS: dict[str, tuple[type, ...]] = {
-    "session": (int,), "index": (int,), "status": (str,), "sent_s": (int, float),
-    "prompt_tokens_sent": (int,), "max_tokens": (int,)}
-ANSWERED_FIELDS: dict[str, tuple[type, ...]] = {"total_s": (int, float), "cached_tokens": (int,), "usage_prompt_tokens": (int,),
-                                                "first_chunk_s": (int, float)}
 TTFT_PERCENTILES = (50, 90, 99)  # of the client's time to the first streamed chunk (vllm bench serve's TTFT)
-FAILED_FIELDS: dict[str, tuple[type, ...]] = {"error": (str,)}  # a failed line keeps its reason
 NEAR_BLOCKS = 2  # a prediction off by at most this many blocks counts as near (the table's second count)
 RUN_FILES = ("run.yaml", "client.jsonl", "metrics_start.prom", "metrics.prom", "server.log", sent.NAME)
-
-
-def read_client_log(path: str | Path, extra: dict[str, tuple[type, ...]] | None = None,
-                    run_seconds: float | None = None) -> pd.DataFrame:
-    """client.jsonl: one row per answered request (status ok), with its line number, in file order.
-    A line that is not JSON, lacks a field or has one of the wrong type is an error naming it, so
-    is one the run contract refuses (runcontract.client_lines: impossible times, a request twice,
-    a cut last line; `run_seconds`: the observation's length, host.yaml).
-    `extra`: more fields an answered line must have (name: types), kept as columns. A failed
-    request (status failed, with its reason) is left out and counted: `attrs["failed"]`, and
-    `attrs["failed_lines"]` its line numbers; the counters are then checked against the answered
-    requests only (a request the server refused never reached its counters)."""
-    path = Path(path)
-    extra = extra or {}
-    rows = []
-    failed: list[int] = []
-    seen: dict[tuple[int, int], int] = {}
-    for lineno, line, rec in runcontract.client_lines(path, run_seconds):
-        if rec.get("status") not in ("ok", "failed"):
-            raise RawRecordError(path, f"status {rec.get('status')!r}, expected 'ok' or 'failed'", line=lineno, record=line)
-        want = dict(CLIENT_FIELDS, **(dict(ANSWERED_FIELDS, **extra) if rec["status"] == "ok" else FAILED_FIELDS))
-        for name, types in want.items():
-            v = rec.get(name)
-            if v is None or isinstance(v, bool) or not isinstance(v, types):
-                raise RawRecordError(path, f"field {name!r} is {v!r}, expected {' or '.join(t.__name__ for t in types)}",
-                                     line=lineno, record=line)
-        if rec["status"] != "ok":
-            failed.append(lineno)
-            continue
-        key = (rec["session"], rec["index"])
-        if key in seen:
-            raise RawRecordError(path, f"session {key[0]} turn {key[1]} answered twice (first on line {seen[key]})", line=lineno)
-        seen[key] = lineno
-        if rec["usage_prompt_tokens"] != rec["prompt_tokens_sent"]:
-            raise RawRecordError(path, f"usage counts {rec['usage_prompt_tokens']} prompt tokens, the client sent "
-                                       f"{rec['prompt_tokens_sent']}", line=lineno)
-        if not 0 <= rec["cached_tokens"] <= rec["prompt_tokens_sent"]:
-            raise RawRecordError(path, f"cached_tokens {rec['cached_tokens']} outside 0..{rec['prompt_tokens_sent']}", line=lineno)
-        rows.append({**{k: rec[k] for k in (*CLIENT_FIELDS, *ANSWERED_FIELDS, *extra)}, "line": lineno})
-    if not rows:
-        raise RawRecordError(path, "no answered request" + (f" ({len(failed)} failed)" if failed else ""))
-    out = pd.DataFrame(rows)
-    out.attrs.update(failed=len(failed), failed_lines=failed)
-    return out
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ import pandas as pd
 
 from ..errors import MAX_LINE, RawRecordError, line_too_long
 from .. import offload_worker
+from ..records.touch import PathTouching
 
 WORKER_MARKER = offload_worker.MARKER.encode()  # kvtier's CPU offload worker, at startup
 ANSI = re.compile(rb"\x1b\[[0-9;]*[A-Za-z]")
@@ -95,7 +96,7 @@ class Segment:
 
 
 @dataclass
-class ServerLog:
+class ServerLog(PathTouching):  # its data touches its file (records.touch)
     """A parsed log: tidy tables of the reports (each row with its line), and the server runs."""
 
     path: str

@@ -41,7 +41,7 @@ from pathlib import Path
 import yaml
 
 from ..eviction.host import host_info, load_average, versions
-from ..errors import ManifestError
+from ..errors import ManifestError, RawRecordError
 from ..harness import Terminated, _on_sigterm, _platform, _server_args, _spec, api_key, launched_server_meta
 from ..runfolder import claim
 from ..serving.client import RequestFailed, ServingClient
@@ -112,15 +112,15 @@ def end_log_with_newline(path: Path) -> None:
 
 
 def server_block_tokens(metrics: Path) -> int:
-    """The server's block size, from its own /metrics (vllm:cache_config_info); read with
-    prometheus_client's parser (the vLLM venv has it; it has no pandas)."""
-    from prometheus_client.parser import text_string_to_metric_families
+    """The server's block size, from its own /metrics (vllm:cache_config_info), by the records'
+    reader (it needs no pandas, which the vLLM venv lacks)."""
+    from ..records.geometry import server_block_tokens as block_of
+    from ..records.prometheus import Snapshot
 
-    for fam in text_string_to_metric_families(metrics.read_text(encoding="utf-8")):
-        for s in fam.samples:
-            if s.name == "vllm:cache_config_info" and "block_size" in s.labels:
-                return int(s.labels["block_size"])
-    raise SystemExit(f"error: {metrics} has no vllm:cache_config_info block_size")
+    try:
+        return block_of(Snapshot.read(metrics))
+    except RawRecordError:
+        raise SystemExit(f"error: {metrics} has no vllm:cache_config_info block_size") from None
 
 
 def _now() -> dt.datetime:

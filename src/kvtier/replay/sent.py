@@ -20,18 +20,13 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from ..errors import RawRecordError, jsonl_records
+from ..errors import RawRecordError
+from ..records.clientlog import answered
 from ..sim.requests import token_chain
 from .schedule import Scaling, Turn, fixed_order, limit_prompts, schedule_for
 from ..yamlio import load_yaml
 
 NAME = "sent_blocks.npz"
-
-
-def answered(client_log: Path) -> list[tuple[int, int, int, int]]:
-    """(session, index, prompt tokens sent, line) of every answered request, in log order."""
-    return [(int(r["session"]), int(r["index"]), int(r["prompt_tokens_sent"]), i)
-            for i, _, r in jsonl_records(client_log) if r.get("status") == "ok"]
 
 
 def write(out_dir: str | Path, turns: list[Turn], block_tokens: int) -> Path:

@@ -317,7 +317,7 @@ def write_run(out: Path, s: SetupSpec) -> Path:
     meta["finished"] = _iso(clock)
     from ..eviction.checks import restore_checks
     from ..eviction.records import read_run
-    from ..serving.metrics import Snapshot
+    from ..records.prometheus import Snapshot
 
     w.write_meta(meta)
     run = read_run(run_dir)

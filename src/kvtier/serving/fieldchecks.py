@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import capped_lines
-from .metrics import Snapshot
+from ..records.prometheus import Snapshot
 
 GiB = 2**30
 ALLOCATION_FAILURES = "vllm:kv_offload_allocation_failure_total"
@@ -94,7 +94,7 @@ def allocation_failures(before: Snapshot | None, after: Snapshot) -> Finding | N
     """The connector's allocation-failure counter (vLLM 0.29+) between two scrapes."""
     if not after.has(ALLOCATION_FAILURES):
         return None
-    n = after.value(ALLOCATION_FAILURES) - (before.value(ALLOCATION_FAILURES) if before is not None else 0.0)
+    n = after.value(ALLOCATION_FAILURES) - (before.total(ALLOCATION_FAILURES) if before is not None else 0.0)
     if n <= 0:
         return None
     return Finding("store_refused", f"{n:.0f} stores refused by the offload pool ({ALLOCATION_FAILURES}); "

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..promtext import Snapshot, read_prometheus
+from ...records.prometheus import Snapshot, read_prometheus
 from .clientlog import TIME_FIELDS, client_lines, observation_seconds
 from .counters import NEEDED, PER_REQUEST_SERIES, cache_config, check_counters, check_needed, check_no_restart, check_series
 from .geometry import check_geometry

@@ -8,7 +8,8 @@ from typing import Any
 import numpy as np
 
 from ...errors import RawRecordError
-from ..promtext import Snapshot
+from ...records.geometry import cache_config  # noqa: F401 (re-exported: the geometry reads it)
+from ...records.prometheus import Snapshot
 
 COUNTER_SUFFIXES = ("_total", "_count", "_sum", "_bucket")
 
@@ -106,18 +107,3 @@ def check_series(snap: Any, before: Any = None, names: tuple[str, ...] = PER_REQ
                 raise RawRecordError(snap.source, f"{shown} is {s.value:g}, lower than {old[0]:g} in the scrape before "
                                                   f"({before.source}:{old[1]}): the server restarted during the run "
                                                   "(its counters began again from zero)", line=line)
-
-
-def cache_config(snap: Snapshot) -> tuple[dict[str, str], int] | None:
-    """cache_config_info's labels and line; two samples with other labels are an error."""
-    rows = snap.select("vllm:cache_config_info")
-    if rows.empty:
-        return None
-    first = dict(rows["labels"].iloc[0])
-    for ls, line in zip(rows["labels"].iloc[1:], rows["line"].iloc[1:]):
-        other = {k: v for k, v in dict(ls).items() if k != "engine"}
-        if other != {k: v for k, v in first.items() if k != "engine"}:
-            diff = sorted(k for k in set(other) | set(first) if k != "engine" and other.get(k) != first.get(k))
-            raise RawRecordError(snap.path, f"vllm:cache_config_info appears again with other values ({', '.join(diff)}; "
-                                            f"first on line {int(rows['line'].iloc[0])})", line=int(line))
-    return first, int(rows["line"].iloc[0])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from ...errors import RawRecordError
-from ..promtext import Snapshot
+from ...records.prometheus import Snapshot
 from .logfacts import LogFacts
 
 JOB_COUNTERS = {"load": ("vllm:kv_offload_load_bytes_total", "vllm:kv_offload_load_size_count"),

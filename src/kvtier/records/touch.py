@@ -1,0 +1,188 @@
+"""Provenance read off the records: which raw files a computation touched.
+
+A record touches its files when its data is read (a Snapshot's series, a server log's
+reports, a host fact, a CSV reader's rows); `scope()` collects what is touched inside it. A
+value computed in a scope (`traced`, `NumbersWriter.compute`) carries the files it came from:
+a number, a dict, a list or a tuple of them, whose items carry the same files, and arithmetic
+between traced numbers carries the union. The numbers writer gives each number the files its
+value carries, so its provenance is what its computation read, not a list written beside it.
+Checks that only refuse a record (the data contract) run `quiet()`: they read without touching.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+_SCOPES: ContextVar[tuple[set[str], ...]] = ContextVar("kvtier_touch_scopes", default=())
+_QUIET: ContextVar[bool] = ContextVar("kvtier_touch_quiet", default=False)
+
+
+def _norm(paths: Iterable[str | Path]) -> set[str]:
+    return {Path(p).as_posix() for p in paths if p}
+
+
+def touch(*paths: str | Path) -> None:
+    """Record that the files' data was read, in every open scope."""
+    scopes = _SCOPES.get()
+    if scopes and not _QUIET.get():
+        found = _norm(paths)
+        for s in scopes:
+            s |= found
+
+
+@contextmanager
+def scope() -> Iterator[set[str]]:
+    """The set of files touched inside the block (nested scopes see the inner ones' too)."""
+    mine: set[str] = set()
+    token = _SCOPES.set(_SCOPES.get() + (mine,))
+    try:
+        yield mine
+    finally:
+        _SCOPES.reset(token)
+
+
+@contextmanager
+def quiet() -> Iterator[None]:
+    """Read without touching: checks that can refuse a record but do not make a value."""
+    token = _QUIET.set(True)
+    try:
+        yield
+    finally:
+        _QUIET.reset(token)
+
+
+def sources_of(value: Any) -> frozenset[str]:
+    """The files a traced value carries (an untraced value: none; a record: its own files; a
+    table: those in its attrs)."""
+    attrs = getattr(value, "attrs", None)
+    if isinstance(attrs, dict) and "kvtier_sources" in attrs:
+        return frozenset(attrs["kvtier_sources"])
+    try:
+        return frozenset(object.__getattribute__(value, "_kvtier_sources"))
+    except AttributeError:
+        return frozenset()
+
+
+class TracedFloat(float):
+    _kvtier_sources: frozenset[str]
+
+    def __new__(cls, value: float, sources: frozenset[str]) -> "TracedFloat":
+        x = super().__new__(cls, value)
+        x._kvtier_sources = sources
+        return x
+
+
+class TracedInt(int):
+    _kvtier_sources: frozenset[str]
+
+    def __new__(cls, value: int, sources: frozenset[str]) -> "TracedInt":
+        x = super().__new__(cls, value)
+        x._kvtier_sources = sources
+        return x
+
+
+def _arith(name: str) -> Callable[..., Any]:
+    def op(self: Any, other: Any) -> Any:
+        out = getattr(float if isinstance(self, float) else int, name)(self, other)
+        if out is NotImplemented or isinstance(out, bool) or not isinstance(out, (int, float)):
+            return out
+        return wrap(out, self._kvtier_sources | sources_of(other))
+    return op
+
+
+for _cls in (TracedFloat, TracedInt):
+    for _name in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+                  "__floordiv__", "__rfloordiv__", "__mod__", "__pow__"):
+        setattr(_cls, _name, _arith(_name))
+    _cls.__neg__ = lambda self: wrap(-(float(self) if isinstance(self, float) else int(self)), self._kvtier_sources)  # type: ignore[method-assign]
+    _cls.__abs__ = lambda self: wrap(abs(float(self) if isinstance(self, float) else int(self)), self._kvtier_sources)  # type: ignore[method-assign]
+    _cls.__reduce__ = lambda self: ((float if isinstance(self, float) else int), (float(self) if isinstance(self, float) else int(self),))  # type: ignore[method-assign]
+
+
+class TracedDict(dict):
+    """A dict whose items carry the files it was computed from."""
+
+    _kvtier_sources: frozenset[str] = frozenset()
+
+    def __getitem__(self, key: Any) -> Any:
+        return wrap(super().__getitem__(key), self._kvtier_sources)
+
+    def __iter__(self) -> Iterator[Any]:  # defined here, so {**d} and dict(d) read items through __getitem__
+        return super().__iter__()
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+    def items(self):  # type: ignore[override]
+        return [(k, self[k]) for k in self.keys()]
+
+    def values(self):  # type: ignore[override]
+        return [self[k] for k in self.keys()]
+
+
+def wrap(value: Any, sources: Iterable[str] | frozenset[str]) -> Any:
+    """`value`, carrying `sources` (added to any it carries already). Numbers, dicts, lists and
+    tuples of them are traced; anything else (a table, a string, None, a bool) is returned as is."""
+    src = frozenset(sources) | sources_of(value)
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if hasattr(value, "item") and getattr(value, "shape", None) == ():
+        value = value.item()  # numpy scalar
+        if isinstance(value, bool):
+            return value
+    if isinstance(value, float):
+        return TracedFloat(value, src)
+    if isinstance(value, int):
+        return TracedInt(value, src)
+    if isinstance(value, dict):
+        d = TracedDict(value)
+        d._kvtier_sources = src
+        return d
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        return type(value)(wrap(v, src) for v in value)
+    attrs = getattr(value, "attrs", None)
+    if isinstance(attrs, dict):  # a pandas table: its files go in its attrs (kept by its copies)
+        attrs["kvtier_sources"] = sorted(src)
+    elif src and hasattr(value, "__dict__") and not isinstance(value, type):  # a model, a derived record
+        try:
+            object.__setattr__(value, "_kvtier_sources", src)
+        except (AttributeError, TypeError):
+            pass
+    return value
+
+
+def traced(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """fn(*args, **kwargs), its result carrying the files touched by the call and those its
+    traced arguments carry."""
+    with scope() as seen:
+        out = fn(*args, **kwargs)
+    carried = frozenset(seen).union(*(sources_of(a) for a in (*args, *kwargs.values())))
+    return wrap(out, carried)
+
+
+class Touching:
+    """A record (or a value derived from records) whose public attributes touch its files."""
+
+    _kvtier_sources: frozenset[str] = frozenset()
+
+    def __getattribute__(self, name: str) -> Any:
+        if not name.startswith("_") and _SCOPES.get():
+            touch(*object.__getattribute__(self, "_kvtier_sources"))
+        return object.__getattribute__(self, name)
+
+
+def carry(obj: Any, *paths: str | Path) -> Any:
+    """Give a Touching object (a frozen dataclass too) the files it was derived from."""
+    object.__setattr__(obj, "_kvtier_sources", frozenset(_norm(paths)))
+    return obj
+
+
+class PathTouching(Touching):
+    """A record read from one file, named by its `path` attribute."""
+
+    @property
+    def _kvtier_sources(self) -> frozenset[str]:  # type: ignore[override]
+        return frozenset(_norm([object.__getattribute__(self, "path")]))
