@@ -144,3 +144,38 @@ def test_driver_skips_complete_and_refuses_existing_without_resume(tmp_path, cap
     out = capsys.readouterr().out
     line = [ln for ln in out.splitlines() if ln.startswith("8k-1-none: ") and "kvtier.harness" in ln][0]
     assert "8k-1-native: complete" in out and "--run-id R-8k-1-none" in line and line.endswith(" --resume")
+
+
+# ---------------------------------------------------------------- the logprob check's boundary swap
+def _pos(token: str, lp: float, top: list[tuple[str, float]]) -> dict:
+    return {"token": token, "logprob": lp, "top": [list(t) for t in top]}
+
+
+# The spike's false alarm (NOTES.md, c2:restore.1): shared alternatives within 1.9e-5, the fifth
+# alternative swapped between two near-tied tokens, '313' at -6.8070 against '572' at -6.8031.
+SHARED = [("7", -0.52), ("19", -2.11), ("88", -3.0), ("104", -4.5)]
+RESTORED = [_pos("7", -0.52, SHARED + [("313", -6.8070)])]
+HIT = [_pos("7", -0.520019, [(t, v + 1.9e-5) for t, v in SHARED] + [("572", -6.8031)])]
+
+
+def test_a_swap_at_the_edge_of_the_top_k_is_within_rounding_when_compute_differs():
+    from kvtier.eviction import logprobs as lp
+
+    cmp = lp.compare(RESTORED, HIT)
+    assert cmp["top_sets_equal"] is False and cmp["max_abs_diff"] == pytest.approx(1.9e-5, rel=1e-3)
+    # '572' is listed by the hit only, 0.0039 above the restore's lowest listed value (-6.8070)
+    assert cmp["boundary_gap"] == pytest.approx(0.0039, abs=1e-9)
+    v = lp.verdict(cmp, same_compute=False, tolerance=0.05)
+    assert v["passed"] is True and v["bit_identical"] is False
+    # the same swap where both requests computed the same tokens: bit-identical is required, it fails
+    assert lp.verdict(cmp, same_compute=True, tolerance=0.05)["passed"] is False
+
+
+def test_an_alternative_far_above_the_others_edge_still_fails():
+    from kvtier.eviction import logprobs as lp
+
+    wrong = [_pos("7", -0.52, SHARED + [("999", -5.0)])]  # 1.8 above the hit's fifth: not rounding
+    cmp = lp.compare(wrong, HIT)
+    assert cmp["boundary_gap"] == pytest.approx(1.8031, abs=1e-6)
+    assert lp.verdict(cmp, same_compute=False, tolerance=0.05)["passed"] is False
+    assert lp.verdict(lp.compare(HIT, HIT), same_compute=True, tolerance=0.05)["bit_identical"] is True
