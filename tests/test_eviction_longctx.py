@@ -11,6 +11,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from kvtier.eviction import longctx
@@ -179,3 +180,59 @@ def test_an_alternative_far_above_the_others_edge_still_fails():
     assert cmp["boundary_gap"] == pytest.approx(1.8031, abs=1e-6)
     assert lp.verdict(cmp, same_compute=False, tolerance=0.05)["passed"] is False
     assert lp.verdict(lp.compare(HIT, HIT), same_compute=True, tolerance=0.05)["bit_identical"] is True
+
+
+# ---------------------------------------------------------------- the analysis
+def test_power_fit_against_scipy_and_by_hand():
+    from scipy.stats import linregress
+
+    from kvtier.eviction.longctx_analysis import power_fit
+
+    n = [8192, 32768, 65536, 131072, 204800]
+    fit = power_fit(n, [7.9e-9 * x**2 for x in n])  # the spike's pure quadratic
+    assert fit["exponent"] == pytest.approx(2.0, abs=1e-9) and fit["coefficient"] == pytest.approx(7.9e-9, rel=1e-6)
+    gpu_n, gpu_t = [200000, 500000, 889000, 981000], [11.8, 31.3, 58.9, 66.0]  # raw/production/C/coldreads.csv
+    ref = linregress(np.log(gpu_n), np.log(gpu_t))
+    assert power_fit(gpu_n, gpu_t)["exponent"] == pytest.approx(ref.slope, rel=1e-9)
+    # end points alone: log(66.0 / 11.8) / log(981 / 200) = 1.0838
+    assert ref.slope == pytest.approx(1.08, abs=0.05)
+    with pytest.raises(ValueError):
+        power_fit([1000, 1000], [1.0, 1.1])
+
+
+def _fake_launch(tmp_path: Path, name: str, target: int) -> Path:
+    client = ServingClient("http://fake", transport=FakeVllm(cache_tokens=4 * target).transport())
+    static = {**STATIC, "host": {"hostname": "test", "cpus": 2}}
+    Harness(client, RunWriter(tmp_path / name), "longctx",
+            Plan(target_tokens=target, warmup_tokens=0, evictor_tokens=target // 2, stop_when_out=True, rounds=2),
+            static, progress=False).run()
+    return tmp_path / name
+
+
+def test_size_table_from_records(tmp_path):
+    from kvtier.eviction import longctx_analysis as lx
+
+    schemas = Path("workflow/schemas/eviction-run.schema.yaml"), Path("workflow/schemas/eviction-request.schema.yaml")
+    dirs = [_fake_launch(tmp_path, f"r{k}-{n}", n) for n in (200, 400) for k in (1, 2)]
+    reqs, runs = lx.load(dirs, *schemas)
+    t = lx.size_table(reqs, runs, 3.0)
+    assert list(t.target_tokens) == [200, 400] and list(t.tier) == ["none", "none"]
+    assert list(t.launches) == [2, 2] and list(t.restores) == [4, 4]  # two launches x two rounds
+    # each ratio is its cycle's cold TTFT over the restore's: recompute one by hand from the records
+    r = reqs[reqs.run == dirs[0].name]
+    cold = float(r[r.phase == "cold"].ttft_s.iloc[0])
+    first = float(r[(r.phase == "restore") & (r["round"] == 1)].ttft_s.iloc[0])
+    assert cold / first in set(lx.ratios(reqs).ratio)
+    # every restore recomputed the whole conversation on the fake (no pool): computed = prompt
+    assert t.computed_tokens_median.tolist() == t.prompt_tokens.tolist()
+
+
+def test_longctx_records_are_kept_out_of_the_eviction_tables(tmp_path):
+    from kvtier.eviction.workflow import pinned_records
+
+    m = tmp_path / "MANIFEST.tsv"
+    m.write_text("path\tbytes\tsha256\tclass\tdescription\n"
+                 "raw/eviction/cpu/a/run.yaml\t1\tx\tmeasured\td\n"
+                 "raw/eviction/longctx/b/run.yaml\t1\tx\tmeasured\td\n")
+    assert pinned_records(str(m), "raw/eviction", exclude=("raw/eviction/longctx",)) == ["raw/eviction/cpu/a/run.yaml"]
+    assert pinned_records(str(m), "raw/eviction/longctx") == ["raw/eviction/longctx/b/run.yaml"]
