@@ -126,11 +126,7 @@ if LONGCTX_RECORDS:
         input:
             code=PACKAGE_CODE,
             records=LONGCTX_RECORDS,
-            gpu_records=[
-                p
-                for p in EVICT_RECORDS
-                if Path(p).parts[2:3] and Path(p).parts[2] in EVICT["table_setups"]
-            ],
+            gpu_records=evict_wf.setup_records(EVICT_RECORDS, EVICT["records"], EVICT["table_setups"]),
             coldreads=config["coldread"]["table"],
             run_schema="workflow/schemas/eviction-run.schema.yaml",
             request_schema="workflow/schemas/eviction-request.schema.yaml",

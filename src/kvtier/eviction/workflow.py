@@ -18,6 +18,11 @@ def pinned_records(manifest: str, records: str, exclude: tuple[str, ...] = ()) -
                   if Path(p).is_relative_to(records) and not any(Path(p).is_relative_to(x) for x in exclude))
 
 
+def setup_records(records: list[str], root: str, setups: list[str]) -> list[str]:
+    """The records of these setups (<root>/<setup>/...): Table 1's GPU points beside the long-context curve."""
+    return [p for p in records if Path(p).relative_to(root).parts[:1] and Path(p).relative_to(root).parts[0] in setups]
+
+
 def longctx_dir(longctx: dict[str, Any]) -> str:
     """Where the long-context launches write: <out>/<setup> (under the eviction test's records)."""
     return f"{longctx['out']}/{longctx['setup']}"
