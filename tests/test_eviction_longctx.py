@@ -236,3 +236,13 @@ def test_longctx_records_are_kept_out_of_the_eviction_tables(tmp_path):
                  "raw/eviction/longctx/b/run.yaml\t1\tx\tmeasured\td\n")
     assert pinned_records(str(m), "raw/eviction", exclude=("raw/eviction/longctx",)) == ["raw/eviction/cpu/a/run.yaml"]
     assert pinned_records(str(m), "raw/eviction/longctx") == ["raw/eviction/longctx/b/run.yaml"]
+
+
+def test_a_launch_waits_for_a_quiet_machine_but_not_forever():
+    loads = iter([(9.0,), (7.0,), (3.5,), (1.0,)])
+    slept = []
+    assert longctx.wait_for_quiet(2.0, 300, poll_s=10, load=lambda: next(loads), cpus=2, sleep=slept.append) == 3.5
+    assert slept == [10, 10]  # 9.0 and 7.0 are above 2.0 x 2 CPUs; 3.5 is below
+    busy = []
+    assert longctx.wait_for_quiet(2.0, 30, poll_s=10, load=lambda: (8.0,), cpus=2, sleep=busy.append) == 8.0
+    assert busy == [10, 10, 10]  # gives up after 30 s and starts anyway (the load is recorded and judged after)

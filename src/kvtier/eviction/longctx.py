@@ -183,6 +183,23 @@ def _positions(model: Path) -> int | None:
     return int(json.loads(cfg.read_text())["max_position_embeddings"]) if cfg.exists() else None
 
 
+def wait_for_quiet(max_load_per_cpu: float, wait_s: float, poll_s: float = 10.0,
+                   load: Any = os.getloadavg, cpus: int | None = None, sleep: Any = None) -> float:
+    """Before a launch, wait (at most wait_s) for the 1-minute load to fall to max_load_per_cpu x CPUs,
+    so a short launch does not start in another job's burst; returns the load it starts at."""
+    import time
+
+    sleep = sleep or time.sleep
+    limit = max_load_per_cpu * (cpus or os.cpu_count() or 1)
+    waited = 0.0
+    now = load()[0]
+    while now > limit and waited < wait_s:
+        sleep(poll_s)
+        waited += poll_s
+        now = load()[0]
+    return now
+
+
 def drive(cfg: dict[str, Any], run: str, resume: bool, only: Iterable[int] | None, pin: bool, dry: bool = False) -> int:
     """Run every launch in order under the lock; returns how many failed."""
     plan = launches(cfg, only)
@@ -205,6 +222,9 @@ def drive(cfg: dict[str, Any], run: str, resume: bool, only: Iterable[int] | Non
         print(f"{launch.label}: {shlex.join(argv)}", flush=True)
         if dry:
             continue
+        gate = cfg.get("start_load_per_cpu")
+        if gate:
+            print(f"{launch.label}: starting at load {wait_for_quiet(float(gate), float(cfg.get('start_wait_s', 300))):.2f}", flush=True)
         rc = subprocess.run(argv).returncode
         if rc == 0 and status(folder) == "complete":
             if pin:
