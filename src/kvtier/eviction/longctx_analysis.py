@@ -207,7 +207,7 @@ def figure(table: pd.DataFrame, gpu: pd.DataFrame, fit: dict[str, float] | None,
     for g in gpu.itertuples(index=False):
         ax.plot(g.prompt_tokens / 1000, g.ratio_cold_restore, marker="s", color=OKABE_ITO["vermillion"], linestyle="none")
         ax.annotate(f"setup {g.setup} ({g.record_class})", (g.prompt_tokens / 1000, g.ratio_cold_restore),
-                    textcoords="offset points", xytext=(6, -3), fontsize=8)
+                    textcoords="offset points", xytext=(-7, -3), ha="right", fontsize=8)
     if len(gpu):
         ax.plot([], [], marker="s", color=OKABE_ITO["vermillion"], linestyle="none", label="the note's GPU setups (Table 1)")
     ax.set_xscale("log")
