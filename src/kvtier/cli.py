@@ -23,6 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "replay": ("kvtier.replay.cli", "replay public agentic sessions against a live vLLM (the production-style capture)"),
     "repeats": ("kvtier.replay.repeats", "interleaved launches of one fixed stream at several pool sizes (the measured curve)"),
     "sent": ("kvtier.replay.sent", "rebuild a capture's sent_blocks.npz (what it sent, in the server's blocks) from its run.yaml"),
+    "longctx": ("kvtier.eviction.longctx", "the eviction test at 8K-200K tokens on vLLM's CPU build: plan, run, resume"),
     "lab": ("kvtier.lab.cyclic", "the lab's cyclic-access experiment against live vLLM servers"),
     "tinymodel": ("kvtier.tinymodel", "build the tiny random-weight Llama the CPU-build experiments serve"),
     "envpins": ("kvtier.envpins", "pin conda environment files to the versions of a pip lock"),

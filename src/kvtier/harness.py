@@ -125,6 +125,10 @@ def build_parser(prog: str = "kvtier harness") -> argparse.ArgumentParser:
     r.add_argument("--evictors", type=int, help="number of evicting conversations; omitted: derived from the KV cache size")
     r.add_argument("--margin", type=float, default=0.1, help="evictor tokens >= (KV cache + conversation) x (1 + margin)")
     r.add_argument("--rounds", type=int, default=1, help="evict-and-restore rounds")
+    r.add_argument("--evictor-tokens", type=int,
+                   help="evictors of this many tokens, fresh ones each round (default: the conversation's length, the same each round)")
+    r.add_argument("--stop-when-out", action="store_true",
+                   help="stop a round's evictors once the counters show they placed the KV cache's size x (1 + margin) in it")
     r.add_argument("--repeat", type=int, default=1, help="cycles of cold/hit/evict/restore, each with a fresh conversation")
     r.add_argument("--warmup-tokens", type=int, help="an unrelated request of this size first (default: the conversation's size; 0: none)")
     r.add_argument("--logprobs", type=int, default=5, help="top logprobs asked for on measured requests (0: none)")
@@ -238,7 +242,8 @@ def cmd_run(a: argparse.Namespace) -> int:
               "server": server_meta, "versions": software}
     plan = Plan(target_tokens=a.target_tokens, seed=a.seed, evictors=a.evictors, margin=a.margin, rounds=a.rounds,
                 max_tokens=a.max_tokens, gpu_hit_tolerance=a.gpu_hit_tolerance, request_timeout_s=a.request_timeout,
-                repeat=a.repeat, warmup_tokens=a.warmup_tokens, logprobs=a.logprobs, logprob_tolerance=a.logprob_tolerance)
+                repeat=a.repeat, warmup_tokens=a.warmup_tokens, logprobs=a.logprobs, logprob_tolerance=a.logprob_tolerance,
+                evictor_tokens=a.evictor_tokens, stop_when_out=a.stop_when_out)
     client = ServingClient(a.url or spec.url, None if a.url else a.served_name, timeout_s=a.request_timeout, api_key=key,
                            deadline_s=a.request_deadline)
     harness = Harness(client, writer, a.setup, plan, static, progress=not a.no_progress)

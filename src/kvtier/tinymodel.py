@@ -81,12 +81,13 @@ def build_parser(prog: str = "kvtier tinymodel") -> argparse.ArgumentParser:
     ap.add_argument("out", help="model folder to write")
     ap.add_argument("seed", nargs="?", type=int, default=0)
     ap.add_argument("--geometry", choices=sorted(GEOMETRIES), default="cpu", help="cpu: the CPU-build model; gpu: sized for one GPU")
+    ap.add_argument("--max-len", type=int, help="positions (default: the geometry's); same weights and tokenizer")
     return ap
 
 
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
-    print(build_tiny_model(a.out, a.seed, geometry=a.geometry))
+    print(build_tiny_model(a.out, a.seed, max_len=a.max_len, geometry=a.geometry))
     return 0
 
 

@@ -8,7 +8,12 @@ from kvtier.eviction import workflow as evict_wf
 from kvtier.snake import lock_prefix
 
 EVICT = config["experiments"]["eviction"]
-EVICT_RECORDS = PINS.under(EVICT["records"])
+LONGCTX = config["experiments"]["longctx"]
+LONGCTX_DIR = evict_wf.longctx_dir(LONGCTX)
+# the long-context launches sit under the same records folder; their own rule analyses them
+LONGCTX_RECORDS = PINS.under(LONGCTX_DIR)
+EVICT_RECORDS = sorted(set(PINS.under(EVICT["records"])) - set(LONGCTX_RECORDS))
+LONGCTX_GPU_RECORDS = evict_wf.setup_records(EVICT_RECORDS, EVICT["records"], EVICT["table_setups"])
 
 NUMBERS.append("results/numbers/evict.json")
 FIGURES["fig1a"] = "figures/fig1a.svg"
@@ -106,3 +111,67 @@ for _setup in EVICT["setups"]:
         input:
             evict_wf.done_markers(EVICT, _setup, RUN_ID),
         localrule: True
+
+
+# The eviction test at the note's scale (8K-200K-token conversations, vLLM's CPU build): its
+# pinned launches -> longctx.* numbers, the context-length table and figure (validation page).
+if LONGCTX_RECORDS:
+    NUMBERS.append("results/numbers/longctx.json")
+    FIGURES["longctx"] = "figures/longctx.svg"
+    EXTRA_TARGETS.append("results/tables/longctx.csv")
+
+    rule longctx_numbers:
+        message:
+            "Long-context eviction runs: {params.n_files} pinned record files -> longctx.* numbers, the curve"
+        priority: -10
+        input:
+            code=PACKAGE_CODE,
+            records=LONGCTX_RECORDS,
+            gpu_records=LONGCTX_GPU_RECORDS,
+            coldreads=config["coldread"]["table"],
+            run_schema="workflow/schemas/eviction-run.schema.yaml",
+            request_schema="workflow/schemas/eviction-request.schema.yaml",
+            pins=PINS.stamp("longctx_numbers", [LONGCTX_RECORDS, LONGCTX_GPU_RECORDS, config["coldread"]["table"]]),
+        output:
+            numbers="results/numbers/longctx.json",
+            table="results/tables/longctx.csv",
+            svg="figures/longctx.svg",
+        params:
+            table_setups=EVICT["table_setups"],
+            max_load_per_cpu=EVICT.get("max_load_per_cpu", 3.0),
+            n_files=len(LONGCTX_RECORDS),
+        log:
+            "logs/longctx_numbers.log",
+        benchmark:
+            "results/benchmarks/longctx_numbers.tsv"
+        conda:
+            ANALYSIS_ENV
+        script:
+            "../scripts/longctx_numbers.py"
+
+
+# Opt-in: run every configured size and tier, one launch at a time under the lock, into new
+# folders <out>/<setup>/<run>-<size>k-<k>-<tier> (kvtier.eviction.longctx; hours at 200K).
+rule longctx_run:
+    message:
+        "Long-context eviction runs (run {wildcards.run}): launch vLLM per size and tier, pin the records"
+    wildcard_constraints:
+        run="[^_/]+",
+    input:
+        lambda wc: evict_wf.longctx_opt_in(LONGCTX),
+    output:
+        done=touch("results/experiments/longctx_{run}.done"),
+    log:
+        "logs/longctx_run_{run}.log",
+    conda:
+        "../../envs/vllm-cpu.yaml"
+    shell:
+        "PYTHONPATH=src python -m kvtier longctx run --run-id {wildcards.run} > {log} 2>&1"
+
+
+rule longctx:
+    message:
+        "Long-context eviction runs done; run snakemake again to rebuild the pages from the new records"
+    input:
+        f"results/experiments/longctx_{RUN_ID}.done",
+    localrule: True

@@ -34,6 +34,7 @@ from .records import FORMAT, RunWriter, parse_phase_id, phase_ids
 
 CYCLE_SEED_STRIDE = 100_003   # seeds of cycle c: seed + (c - 1) * stride (+ 1000 + i for its evictors)
 WARMUP_SEED = 999_983
+SHORT_ROUND_STRIDE = 5_000    # short evictors of round r: seed + ... + 1000 + r * stride + i
 
 
 class HarnessFailed(RuntimeError):
@@ -56,11 +57,33 @@ class Plan:
                                        # None = as long as the conversation (warms the same shapes), 0 = none
     logprobs: int = 5                  # top alternatives per token on measured requests (0 = no logprobs)
     logprob_tolerance: float = 0.05    # |Δ logprob| allowed when restore and hit computed different token counts
+    evictor_tokens: int | None = None  # evictors of this length, fresh ones each round (None: the conversation's
+                                       # length, the same ones every round); short ones are far cheaper at long
+                                       # context, a cold read growing with the square of its length
+    stop_when_out: bool = False        # stop a round's evictors once the counters show the conversation is out
 
 
-def derive_evictors(kv_cache_tokens: int, conversation_tokens: int, margin: float) -> int:
-    """vLLM frees an old prefix from its tail, so push the cache size *plus* the conversation through."""
-    return math.ceil((kv_cache_tokens + conversation_tokens) * (1 + margin) / conversation_tokens)
+def derive_evictors(kv_cache_tokens: int, conversation_tokens: int, margin: float, evictor_tokens: int | None = None) -> int:
+    """vLLM frees an old prefix from its tail, so push the cache size *plus* the conversation through,
+    in evictors of `evictor_tokens` (default: the conversation's length)."""
+    return math.ceil((kv_cache_tokens + conversation_tokens) * (1 + margin) / (evictor_tokens or conversation_tokens))
+
+
+def out_threshold(kv_cache_tokens: int, margin: float) -> int:
+    """Tokens the evictors must newly place in the KV cache before the conversation is surely out.
+
+    vLLM's free blocks form one queue: a finished request's blocks join its tail, new blocks are
+    taken from its head (evicting what they cached). Once the evictors have taken more blocks than
+    the cache holds, every block that was queued before them, the conversation's included, has been
+    reused. Tokens placed = computed + loaded from the pool (a GPU-cache hit takes no new block).
+    """
+    return math.ceil(kv_cache_tokens * (1 + margin))
+
+
+def placed_tokens(before: Snapshot, after: Snapshot) -> float:
+    """Prompt tokens that took new KV-cache blocks between two snapshots (computed + loaded)."""
+    d = request_delta(before, after)
+    return float(d["computed_tokens"] or 0) + float(d["pool_tokens"] or 0)
 
 
 def _now() -> str:
@@ -257,13 +280,15 @@ class Harness:
                 kv = kv_cache_tokens_from_log(self.server.log_path)
             if plan.evictors is None and kv is None:
                 raise HarnessFailed("cannot derive the number of evictors: /metrics has no cache_config_info; pass --evictors")
-            n = plan.evictors if plan.evictors is not None else derive_evictors(kv, convs[0].prompt_tokens, plan.margin)  # type: ignore[arg-type]
+            n = plan.evictors if plan.evictors is not None else derive_evictors(kv, convs[0].prompt_tokens, plan.margin,  # type: ignore[arg-type]
+                                                                                 plan.evictor_tokens)
             self.meta["plan"] = {**asdict(plan), "evictors": n, "evictors_from": "given" if plan.evictors is not None else "derived",
                                  "kv_cache_tokens": kv}
         self.writer.write_meta(self.meta)
         n_evict = self.meta["plan"]["evictors"]
-        evictors = {c: [conv_mod.build_like(convs[c - 1], plan.seed + (c - 1) * CYCLE_SEED_STRIDE + 1000 + i, self.client.tokenize)
-                        for i in range(n_evict)] for c in range(1, plan.repeat + 1)}
+        evictors = {} if plan.evictor_tokens else {
+            c: [conv_mod.build_like(convs[c - 1], plan.seed + (c - 1) * CYCLE_SEED_STRIDE + 1000 + i, self.client.tokenize)
+                for i in range(n_evict)] for c in range(1, plan.repeat + 1)}
 
         todo = [p for p in phase_ids(plan.rounds, plan.repeat) if p not in self.meta["phases_completed"]]
         sizes = {"cold": 1, "hit": 1, "evictors": n_evict, "restore": 1}
@@ -294,10 +319,8 @@ class Harness:
                     self._request("prime", round_, 0, target, 1, False, instance, cycle)
                 bar.set_description(f"{self.setup} {pid}")
                 if name == "evictors":
-                    for i, ev in enumerate(evictors[cycle]):
-                        self._request("evictors", round_, i, ev, plan.evictor_max_tokens, False, instance, cycle, scrape_after=True)
-                        bar.update(1)
-                        bar.set_postfix(tokens=ev.prompt_tokens)
+                    self._evict(pid, cycle, round_, evictors.get(cycle) or self._short_evictors(cycle, round_, n_evict),
+                                instance, bar)
                 else:
                     rec = self._request(name, round_, 0, target, plan.max_tokens, True, instance, cycle)
                     bar.update(1)
@@ -312,6 +335,32 @@ class Harness:
         finally:
             bar.close()
         self._finish()
+
+    def _short_evictors(self, cycle: int, round_: int, n: int) -> list[conv_mod.Conversation]:
+        """Evictors of plan.evictor_tokens, fresh for every round (a round's own evictors would
+        come back from the pool or the cache in the next round and place nothing)."""
+        base = self.plan.seed + (cycle - 1) * CYCLE_SEED_STRIDE + 1000 + round_ * SHORT_ROUND_STRIDE
+        first = conv_mod.build(int(self.plan.evictor_tokens or 0), base, self.client.tokenize)
+        return [first] + [conv_mod.build_like(first, base + i, self.client.tokenize) for i in range(1, n)]
+
+    def _evict(self, pid: str, cycle: int, round_: int, evictors: list[conv_mod.Conversation], instance: str,
+               bar: Any) -> None:
+        """Send the round's evictors; with stop_when_out, only until the counters show the conversation out."""
+        kv = self.meta["plan"].get("kv_cache_tokens")
+        threshold = out_threshold(kv, self.plan.margin) if self.plan.stop_when_out and kv else None
+        start = self._snapshot()[1]
+        placed, sent = 0.0, 0
+        for i, ev in enumerate(evictors):
+            rec = self._request("evictors", round_, i, ev, self.plan.evictor_max_tokens, False, instance, cycle, scrape_after=True)
+            sent += 1
+            placed = placed_tokens(start, Snapshot.read(self.writer.dir / rec["metrics_after"]))
+            bar.update(1)
+            bar.set_postfix(tokens=ev.prompt_tokens)
+            if threshold is not None and placed >= threshold:
+                break
+        self.meta.setdefault("evictions", {})[pid] = {
+            "sent": sent, "planned": len(evictors), "placed_tokens": placed, "threshold_tokens": threshold,
+            "out_by_counters": None if threshold is None else placed >= threshold}
 
     def _record_cold(self, pid: str, rec: dict[str, Any], prompt_tokens: int) -> None:
         """A cold read must be cold: no more cached or pool tokens than the restore check tolerates."""

@@ -11,9 +11,29 @@ from ..runfolder import resolve_id
 from ..snake import activated
 
 
-def pinned_records(manifest: str, records: str) -> list[str]:
-    """Raw files under the records folder that the manifest pins (only those are analysed)."""
-    return sorted(p for p in read_manifest(manifest) if Path(p).is_relative_to(records))
+def pinned_records(manifest: str, records: str, exclude: tuple[str, ...] = ()) -> list[str]:
+    """Raw files under the records folder that the manifest pins (only those are analysed), less
+    those under `exclude` (a record set another rule analyses, e.g. the long-context runs)."""
+    return sorted(p for p in read_manifest(manifest)
+                  if Path(p).is_relative_to(records) and not any(Path(p).is_relative_to(x) for x in exclude))
+
+
+def setup_records(records: list[str], root: str, setups: list[str]) -> list[str]:
+    """The records of these setups (<root>/<setup>/...): Table 1's GPU points beside the long-context curve."""
+    return [p for p in records if Path(p).relative_to(root).parts[:1] and Path(p).relative_to(root).parts[0] in setups]
+
+
+def longctx_dir(longctx: dict[str, Any]) -> str:
+    """Where the long-context launches write: <out>/<setup> (under the eviction test's records)."""
+    return f"{longctx['out']}/{longctx['setup']}"
+
+
+def longctx_opt_in(longctx: dict[str, Any]) -> list[str]:
+    """The long-context runs launch vLLM for hours and write raw/: refuse unless switched on."""
+    if not activated(longctx["activate"]):
+        raise ValueError("the long-context eviction runs are opt-in; run with "
+                         "--config 'experiments={\"longctx\": {\"activate\": true}}'")
+    return []
 
 
 def run_id(value: str) -> str:

@@ -1,0 +1,222 @@
+"""Long-context eviction runs -> the context-length curve: per size and tier, cold, hit and
+restored TTFT with their spread, cold / restored, bytes restored, blocks moved and served, the
+logprob check; a power-law fit of the CPU's cold reads beside one of the note's timed GPU reads.
+
+Everything is recomputed from the raw records with the eviction test's own row builder
+(`analysis.measured_rows`), so eviction, pool tokens and blocks come from the /metrics snapshots,
+not from run.yaml's verdicts. A launch enters the medians if it completed, its cold reads were
+cold and (native tier) every restore found the conversation outside the KV cache; a launch above
+the load threshold (`cpuset.flag_load`) is kept out and counted. The note's two GPU setups (Table 1,
+records classed in raw/MANIFEST.tsv) are drawn beside the curve as what they are.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..errors import RawRecordError
+from . import analysis
+from .cpuset import flag_load, spread
+
+SPREAD_FIELDS = ("median", "min", "max", "n", "ci95_lo", "ci95_hi")
+
+
+def size_key(tokens: int) -> str:
+    """200000 -> 's200k': a name a template can index."""
+    return f"s{int(tokens) // 1000}k"
+
+
+def load(run_dirs: list[Path], run_schema: Path, request_schema: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Rows of every measured request and one row per launch, with the size each was built to."""
+    reqs, runs = analysis.load(run_dirs, run_schema, request_schema)
+    if runs.empty:
+        raise RawRecordError("raw/eviction/longctx", "no long-context runs among the pinned records")
+    runs["wall_s"] = [_wall_s(Path(d)) for d in runs.run_dir]
+    reqs = reqs.merge(runs[["run", "target_tokens"]], on="run", how="left")
+    return reqs, runs
+
+
+def _wall_s(run_dir: Path) -> float | None:
+    """Seconds of the whole launch (server start to stop, attempts of a resumed run not summed)."""
+    from ..yamlio import load_yaml
+
+    meta = load_yaml((run_dir / "run.yaml").read_text(encoding="utf-8"))
+    load = meta.get("host_load") or {}
+    if load.get("start") and load.get("end"):  # the sampler runs from before the server's start to after its stop
+        return (pd.Timestamp(load["end"]) - pd.Timestamp(load["start"])).total_seconds()
+    if not meta.get("finished"):
+        return None
+    return (pd.Timestamp(meta["finished"]) - pd.Timestamp(meta["started"])).total_seconds()
+
+
+def usable(runs: pd.DataFrame, max_load_per_cpu: float) -> pd.DataFrame:
+    """Launches that count: complete, cold reads cold, evicted; with `load_flagged` beside them."""
+    ok = runs[runs.complete & runs.cold_verified & runs.evicted]
+    return flag_load(ok, max_load_per_cpu)
+
+
+def ratios(reqs: pd.DataFrame) -> pd.DataFrame:
+    """Every restore with its cycle's cold read: cold / restored TTFT."""
+    cold = reqs[reqs.phase == "cold"][["run", "cycle", "ttft_s"]].rename(columns={"ttft_s": "cold_s"})
+    rest = reqs[reqs.phase == "restore"].merge(cold, on=["run", "cycle"])
+    return rest.assign(ratio=rest.cold_s / rest.ttft_s)
+
+
+def size_table(reqs: pd.DataFrame, runs: pd.DataFrame, max_load_per_cpu: float) -> pd.DataFrame:
+    """One row per (size, tier) over the launches kept: medians with their range, counts, checks."""
+    kept_all = usable(runs, max_load_per_cpu)
+    out = []
+    for (size, tier), grp in kept_all.groupby(["target_tokens", "tier"]):
+        kept = grp[~grp.load_flagged]
+        r = reqs[reqs.run.isin(kept.run)]
+        rr = ratios(r)
+        rest = r[r.phase == "restore"]
+        lp = rest[rest.logprob_passed.notna()]
+        row: dict[str, Any] = {
+            "target_tokens": int(size), "tier": tier, "launches": len(grp), "launches_flagged": int(grp.load_flagged.sum()),
+            "launches_used": len(kept), "restores": len(rest),
+            "prompt_tokens": float(r[r.phase == "cold"].prompt_tokens.median()) if len(r) else math.nan,
+            "kv_cache_tokens": float(kept.kv_cache_tokens.median()) if len(kept) else math.nan,
+            "wall_s_median": float(kept.wall_s.median()) if len(kept) else math.nan,
+            "wall_s_max": float(kept.wall_s.max()) if len(kept) else math.nan,
+            "load1_median_max": float(pd.to_numeric(grp.load1_median, errors="coerce").max()),
+            "logprob_checked": len(lp), "logprob_passed": int((lp.logprob_passed == True).sum()),  # noqa: E712
+            "logprob_same_compute": int((lp.logprob_same_compute == True).sum()),  # noqa: E712
+            "logprob_max_diff": float(lp.logprob_max_diff.max()) if len(lp) else math.nan,
+        }
+        for name, values in (("cold", r[r.phase == "cold"].ttft_s), ("hit", r[r.phase == "hit"].ttft_s),
+                             ("restore", rest.ttft_s), ("ratio", rr.ratio), ("restore_bytes", rest.load_bytes),
+                             ("blocks_moved", rest.blocks_moved), ("blocks_served", rest.blocks_served),
+                             ("pool_tokens", rest.pool_tokens), ("computed_tokens", rest.computed_tokens),
+                             ("gpu_hit_tokens", rest.gpu_hit_tokens)):
+            sp = spread(pd.to_numeric(values, errors="coerce")) or {}
+            for f in SPREAD_FIELDS:
+                row[f"{name}_{f}"] = sp.get(f, math.nan)
+        out.append(row)
+    if not out:
+        raise RawRecordError("raw/eviction/longctx", "no complete, evicted long-context launch to analyse")
+    return pd.DataFrame(out).sort_values(["target_tokens", "tier"]).reset_index(drop=True)
+
+
+def power_fit(tokens: Any, seconds: Any) -> dict[str, float]:
+    """T = a x n^b by least squares on logs: the exponent says how a cold read grows with its length."""
+    x, y = np.log(np.asarray(tokens, float)), np.log(np.asarray(seconds, float))
+    if x.size < 2 or np.ptp(x) == 0:
+        raise ValueError("a power fit needs two or more distinct prompt sizes")
+    b, log_a = np.polyfit(x, y, 1)
+    resid = y - (log_a + b * x)
+    return {"exponent": float(b), "coefficient": float(math.exp(log_a)), "points": int(x.size),
+            "max_rel_resid": float(np.max(np.abs(np.expm1(resid))))}
+
+
+def gpu_points(run_dirs: list[Path], run_schema: Path, request_schema: Path, setups: list[str],
+               classes: dict[str, str]) -> pd.DataFrame:
+    """Table 1's setups (the note's GPU points): prompt, cold / restored, and each run's class in the manifest."""
+    reqs, runs = analysis.load(run_dirs, run_schema, request_schema)
+    t = analysis.table1(reqs, runs, setups)
+    t["record_class"] = [classes.get(f"{runs.set_index('run').loc[r, 'run_dir']}/run.yaml", "unpinned") for r in t.run]
+    return t[["setup", "run", "prompt_tokens", "ratio_cold_restore", "ttft_cold_s", "ttft_restore_s", "record_class"]]
+
+
+def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, table: pd.DataFrame,
+                     gpu: pd.DataFrame, gpu_reqs: pd.DataFrame, gpu_runs: pd.DataFrame,
+                     coldread_table: str, coldread_tokens: list[int], coldread_seconds: list[float],
+                     max_load_per_cpu: float) -> dict[str, dict[str, float] | None]:
+    """longctx.<size>.<tier>.* per row, the fits, and the GPU points (citing their own records)."""
+    kept = usable(runs, max_load_per_cpu)
+    for row in table.itertuples(index=False):
+        p = f"longctx.{size_key(row.target_tokens)}.{row.tier}."
+        names = kept[(kept.target_tokens == row.target_tokens) & (kept.tier == row.tier)].run
+        writer.reading(*analysis.run_files(reqs, runs, names))
+        writer.add(p + "target_tokens", int(row.target_tokens), "tokens")
+        writer.add(p + "prompt_tokens", row.prompt_tokens, "tokens")
+        for k in ("launches", "launches_flagged", "launches_used", "restores", "logprob_checked", "logprob_passed",
+                  "logprob_same_compute"):
+            writer.add(p + k, int(getattr(row, k)), "count")
+        if pd.notna(row.kv_cache_tokens):
+            writer.add(p + "kv_cache_tokens", int(row.kv_cache_tokens), "tokens")
+        if pd.notna(row.logprob_max_diff):
+            writer.add(p + "logprob_max_diff", row.logprob_max_diff, "nats")
+        for name, unit in (("cold", "s"), ("hit", "s"), ("restore", "s"), ("ratio", "x"), ("restore_bytes", "B"),
+                           ("blocks_moved", "blocks"), ("blocks_served", "blocks"), ("pool_tokens", "tokens"),
+                           ("computed_tokens", "tokens"), ("gpu_hit_tokens", "tokens")):
+            for f in SPREAD_FIELDS:
+                v = getattr(row, f"{name}_{f}")
+                if pd.notna(v):
+                    writer.add(f"{p}{name}.{f}", int(v) if f == "n" else float(v), "count" if f == "n" else unit)
+        writer.reading(*analysis.run_files(reqs, runs, names, meta_only=True))
+        if pd.notna(row.wall_s_median):
+            writer.add(p + "wall_s.median", row.wall_s_median, "s")
+            writer.add(p + "wall_s.max", row.wall_s_max, "s")
+    # the CPU's cold reads (every launch kept, both tiers: the tier does not touch a cold read) and their fit
+    used = kept[~kept.load_flagged]
+    colds = reqs[reqs.run.isin(used.run) & (reqs.phase == "cold")]
+    writer.reading(*analysis.run_files(reqs, runs, used.run))
+    fit = power_fit(colds.prompt_tokens, colds.ttft_s) if colds.target_tokens.nunique() > 1 else None
+    if fit is not None:  # one size has no slope
+        writer.add("longctx.fit.cpu.exponent", fit["exponent"], "x", note="T_cold = a n^b, least squares on logs, every cold read kept")
+        writer.add("longctx.fit.cpu.coefficient", fit["coefficient"], "s")
+        writer.add("longctx.fit.cpu.points", fit["points"], "count")
+        writer.add("longctx.fit.cpu.max_rel_resid", fit["max_rel_resid"], "x")
+    writer.add("longctx.sizes", int(table.target_tokens.nunique()), "count")
+    for i, size in enumerate(sorted(table.target_tokens.unique())):  # the sizes in order, for the page's loops
+        writer.add(f"longctx.size.{i}.tokens", int(size), "tokens")
+    writer.add("longctx.restore_min_tokens", 190_000, "tokens", note="the issue's bar for a restore at the note's scale")
+    native = table[table.tier == "native"]
+    writer.add("longctx.restores_native", int(native.restores.sum()), "requests")
+    big = native[native.target_tokens >= 190_000]  # built to the size: prompt tokens within the builder's 0.5%
+    writer.add("longctx.restores_native_190k", int(big.restores.sum()), "requests",
+               note="restores from the native tier of conversations built to >= 190,000 tokens")
+    control = table[table.tier == "none"]
+    if len(control):
+        writer.add("longctx.control_ratio_min", float(control.ratio_min.min()), "x")
+        writer.add("longctx.control_ratio_max", float(control.ratio_max.max()), "x")
+    writer.add("longctx.logprob_failed", int((table.logprob_checked - table.logprob_passed).sum()), "count")
+    writer.add("longctx.max_load_per_cpu", max_load_per_cpu, "x")
+    writer.reading(coldread_table)
+    gfit = power_fit(coldread_tokens, coldread_seconds)
+    writer.add("longctx.fit.gpu.exponent", gfit["exponent"], "x", note="the same fit to the note's timed cold reads (setup C)")
+    writer.add("longctx.fit.gpu.points", gfit["points"], "count")
+    for g in gpu.itertuples(index=False):
+        writer.reading(*analysis.run_files(gpu_reqs, gpu_runs, [g.run]))
+        writer.add(f"longctx.gpu.{g.setup}.prompt_tokens", g.prompt_tokens, "tokens")
+        writer.add(f"longctx.gpu.{g.setup}.ratio", g.ratio_cold_restore, "x")
+    return {"cpu": fit, "gpu": gfit}
+
+
+def figure(table: pd.DataFrame, gpu: pd.DataFrame, fit: dict[str, float] | None, out: str | Path) -> None:
+    """Cold / restored against conversation length: the CPU's medians with their range (the control
+    beside them), the GPU points marked with their class."""
+    from ..render.svg import OKABE_ITO, WIDTH, panels, save_svg
+
+    fig, ax = panels(1, 3.6)
+    fig.set_size_inches(WIDTH, 3.6)
+    for tier, label, color, fmt in (("native", "native tier: restored from the pool", OKABE_ITO["blue"], "o-"),
+                                    ("none", "no tier (control): recomputed", OKABE_ITO["sky"], "^--")):
+        t = table[table.tier == tier].sort_values("target_tokens")
+        if t.empty:
+            continue
+        x = t.prompt_tokens / 1000
+        ax.errorbar(x, t.ratio_median, yerr=[t.ratio_median - t.ratio_min, t.ratio_max - t.ratio_median], fmt=fmt,
+                    color=color, capsize=3, label=f"CPU build, {label} (median, range)")
+    for g in gpu.itertuples(index=False):
+        ax.plot(g.prompt_tokens / 1000, g.ratio_cold_restore, marker="s", color=OKABE_ITO["vermillion"], linestyle="none")
+        ax.annotate(f"setup {g.setup} ({g.record_class})", (g.prompt_tokens / 1000, g.ratio_cold_restore),
+                    textcoords="offset points", xytext=(-7, -3), ha="right", fontsize=8)
+    if len(gpu):
+        ax.plot([], [], marker="s", color=OKABE_ITO["vermillion"], linestyle="none", label="the note's GPU setups (Table 1)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("conversation length (thousand tokens, log scale)")
+    ax.set_ylabel("cold / after eviction (log scale)")
+    if fit is not None:
+        ax.set_title(f"CPU cold reads grow as n^{fit['exponent']:.2f}", fontsize=9)
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=1, fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    save_svg(fig, out, "longctx")
