@@ -83,3 +83,13 @@ def test_a_subcommand_runs_its_module_with_its_own_arguments(tmp_path: Path) -> 
 def test_pyproject_has_one_console_script() -> None:
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
     assert scripts == {"kvtier": "kvtier.cli:main"}
+
+
+@pytest.mark.parametrize("argv", [["harness", "show", "raw/eviction/cpu/2026-12-01-native"], ["longctx", "plan"]])
+def test_a_module_whose_own_parser_names_a_command_is_dispatched(argv: list[str], monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """kvtier harness run / kvtier longctx plan: the module's own `command` argument must not be
+    taken for the tree's (it was: KeyError 'run' in every rehearsal)."""
+    monkeypatch.chdir(REPO)
+    assert cli.main(argv) == 0
+    assert capsys.readouterr().out.strip()

@@ -44,8 +44,13 @@ def _registry(writer: NumbersWriter, tmp: Path) -> dict:
     return load_registry([path])
 
 
+def EVICT_RUNS() -> list[Path]:  # noqa: N802 (reads like the rule's EVICT_RECORDS)
+    """The runs rule eviction_numbers reads: the long-context launches have their own rule."""
+    return sorted(p for p in Path("raw/eviction").glob("*/*") if p.parent.name != "longctx")
+
+
 def _evict() -> dict:
-    reqs, runs = analysis.load(sorted(Path("raw/eviction").glob("*/*")), RUN_SCHEMA, REQUEST_SCHEMA)
+    reqs, runs = analysis.load(EVICT_RUNS(), RUN_SCHEMA, REQUEST_SCHEMA)
     w = NumbersWriter("evict", "test", [])
     analysis.register_numbers(w, reqs, runs, ["A", "C"], None)
     return _registry(w, Path("."))
@@ -172,7 +177,7 @@ def _prod(override: int | None) -> dict:
     from kvtier.production.correction import derive
     from kvtier.production.pipeline import analyse as prod_analyse, ingest
 
-    reqs, runs = analysis.load(sorted(Path("raw/eviction").glob("*/*")), RUN_SCHEMA, REQUEST_SCHEMA)
+    reqs, runs = analysis.load(EVICT_RUNS(), RUN_SCHEMA, REQUEST_SCHEMA)
     raw = Path("raw/production/C")
     settings = {"restore_extra_blocks": override, "large_restore_tokens": 100_000, "huge_restore_tokens": 500_000,
                 "prompt_edges": [200_000, 500_000], "ttft_fast_s": 1.0, "ttft_slow_s": 20.0,

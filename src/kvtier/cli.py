@@ -84,7 +84,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     argv is None) is filled in from its module."""
     chosen = None if argv is None else (argv[:1] or [""])[0]
     p = argparse.ArgumentParser(prog="kvtier", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = p.add_subparsers(dest="kvtier_command", required=True, metavar="COMMAND")  # not `command`: modules use it
     for name in ["manifest", *COMMANDS, *GROUPS]:
         full = chosen is None or chosen == name
         if name == "manifest":
@@ -102,7 +102,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         else:
             help_, members = GROUPS[name]
             g = sub.add_parser(name, help=help_, description=help_)
-            gsub = g.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
+            gsub = g.add_subparsers(dest="kvtier_subcommand", required=True, metavar="SUBCOMMAND")
             for member, (module, mhelp) in members.items():
                 if full:
                     _hang(gsub, member, mhelp, _module(module).build_parser(prog=f"kvtier {name} {member}"))
@@ -114,17 +114,18 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv).parse_args(argv)  # --help and usage errors, from the tree
-    if args.command == "manifest":
+    command = args.kvtier_command
+    if command == "manifest":
         try:
             return _manifest(argv[1:])
         except ManifestError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
     # the module's own main, with the arguments after the subcommand (what `python -m` gives it)
-    if args.command in COMMANDS:
-        module, rest = COMMANDS[args.command][0], argv[1:]
+    if command in COMMANDS:
+        module, rest = COMMANDS[command][0], argv[1:]
     else:
-        module, rest = GROUPS[args.command][1][args.subcommand][0], argv[2:]
+        module, rest = GROUPS[command][1][args.kvtier_subcommand][0], argv[2:]
     return int(_module(module).main(rest) or 0)
 
 

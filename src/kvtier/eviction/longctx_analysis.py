@@ -192,7 +192,7 @@ def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, table:
 def figure(table: pd.DataFrame, gpu: pd.DataFrame, fit: dict[str, float] | None, out: str | Path) -> None:
     """Cold / restored against conversation length: the CPU's medians with their range (the control
     beside them), the GPU points marked with their class."""
-    from ..render.svg import OKABE_ITO, WIDTH, panels, save_svg
+    from ..render.svg import MIN_FONT, OKABE_ITO, WIDTH, panels, plain_log_ticks, save_svg
 
     fig, ax = panels(1, 3.6)
     fig.set_size_inches(WIDTH, 3.6)
@@ -207,16 +207,18 @@ def figure(table: pd.DataFrame, gpu: pd.DataFrame, fit: dict[str, float] | None,
     for g in gpu.itertuples(index=False):
         ax.plot(g.prompt_tokens / 1000, g.ratio_cold_restore, marker="s", color=OKABE_ITO["vermillion"], linestyle="none")
         ax.annotate(f"setup {g.setup} ({g.record_class})", (g.prompt_tokens / 1000, g.ratio_cold_restore),
-                    textcoords="offset points", xytext=(-7, -3), ha="right", fontsize=8)
+                    textcoords="offset points", xytext=(-7, -3), ha="right", fontsize=MIN_FONT)
     if len(gpu):
         ax.plot([], [], marker="s", color=OKABE_ITO["vermillion"], linestyle="none", label="the note's GPU setups (Table 1)")
     ax.set_xscale("log")
     ax.set_yscale("log")
+    plain_log_ticks(ax.xaxis)
+    plain_log_ticks(ax.yaxis)
     ax.set_xlabel("conversation length (thousand tokens, log scale)")
     ax.set_ylabel("cold / after eviction (log scale)")
     if fit is not None:
-        ax.set_title(f"CPU cold reads grow as n^{fit['exponent']:.2f}", fontsize=9)
-    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=1, fontsize=8)
+        ax.set_title(f"CPU cold reads grow as n^{fit['exponent']:.2f}")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=1)
     ax.grid(True, which="both", alpha=0.3)
     fig.tight_layout()
     save_svg(fig, out, "longctx")
