@@ -11,7 +11,6 @@ sums (`read_client`), the sweep's table of answered requests with typed fields
 
 from __future__ import annotations
 
-import hashlib
 import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
@@ -33,14 +32,6 @@ CLIENT_FIELDS: dict[str, tuple[type, ...]] = {
 ANSWERED_FIELDS: dict[str, tuple[type, ...]] = {"total_s": (int, float), "cached_tokens": (int,), "usage_prompt_tokens": (int,),
                                                 "first_chunk_s": (int, float)}
 FAILED_FIELDS: dict[str, tuple[type, ...]] = {"error": (str,)}  # a failed line keeps its reason
-
-
-def sha256_of(path: str | Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def client_lines(path: str | Path, run_seconds: float | None = None,
