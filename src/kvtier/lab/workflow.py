@@ -16,16 +16,6 @@ def live_opt_in(lab_config: dict, key: str = "live") -> list[str]:
     return []
 
 
-def pinned_under(manifest: str, folder: str) -> list[str]:
-    """Raw files the manifest pins under a folder: a run is read only as pinned."""
-    from ..eviction.workflow import pinned_records
-
-    files = pinned_records(manifest, folder)
-    if not files:
-        raise ValueError(f"no file under {folder} is pinned in {manifest}")
-    return files
-
-
 def live_model(live: dict) -> dict[str, str]:
     """The tiny model as a named input where the live run serves it (a CPU rehearsal), else nothing."""
     return {"model": "data/tiny-model"} if live.get("tiny_model") else {}
