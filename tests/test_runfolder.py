@@ -52,6 +52,17 @@ def test_an_existing_folder_is_refused_with_a_free_id_named(repo: Path) -> None:
     assert claim(repo / "raw/eviction/cpu/new", manifest=manifest).is_dir()
 
 
+def test_the_refusal_suggests_the_launchers_own_option(repo: Path) -> None:
+    """A launcher that names its folder with --out (the lab, the replay) is not told to use --run-id,
+    and one with no --resume (the lab) is not told to resume."""
+    manifest = repo / "raw" / "MANIFEST.tsv"
+    (repo / "raw" / "lab" / "taken").mkdir(parents=True)
+    with pytest.raises(RunFolderExists) as refused:
+        claim(repo / "raw/lab/taken", manifest=manifest, flag="--out", resumable=False)
+    message = str(refused.value)
+    assert re.search(r"--out \S*raw/lab/\d{4}-", message) and "--run-id" not in message and "--resume" not in message
+
+
 def test_a_run_pins_new_rows_only_and_writes_nothing_on_refusal(repo: Path) -> None:
     manifest = repo / "raw" / "MANIFEST.tsv"
     old = repo / "raw/eviction/cpu/old/server.log"
@@ -94,7 +105,9 @@ def test_the_replay_refuses_a_taken_folder_before_any_server(repo: Path, tmp_pat
         done = subprocess.run([sys.executable, "-m", "kvtier.replay.cli", "--trace", f"mooncake:{trace}", "--out", run,
                                "--model", "/m", "--vllm-bin", str(exe), "--no-progress"],
                               cwd=repo, capture_output=True, text=True, timeout=60)
-        assert done.returncode == 2 and "--run-id" in done.stderr, done.stderr
+        # the replay names its folder with --out and has no --run-id: the refusal suggests what it accepts
+        assert done.returncode == 2 and re.search(r"--out raw/eviction/cpu/\d{4}-", done.stderr), done.stderr
+        assert "--run-id" not in done.stderr, done.stderr
         assert ("pinned record" if run.endswith("old") else "exists already") in done.stderr
     assert not marker.exists()
     assert (repo / "raw/eviction/cpu/old/server.log").read_text() == "committed\n"

@@ -62,20 +62,30 @@ def free_id(parent: Path, stem: str) -> str:
     return f"{stem}-{secrets.token_hex(4)}"
 
 
-def claim(run_dir: str | Path, resume: bool = False, manifest: str | Path = "raw/MANIFEST.tsv") -> Path:
+def suggestion(run_dir: Path, flag: str) -> str:
+    """The option a refused launcher should be given instead, in that launcher's own terms: a new
+    id (`--run-id`, the folder under a fixed parent) or a new folder (`--out`, the whole path)."""
+    fresh = free_id(run_dir.parent, run_dir.name)
+    return f"--run-id {fresh}" if flag == "--run-id" else f"{flag} {run_dir.parent / fresh}"
+
+
+def claim(run_dir: str | Path, resume: bool = False, manifest: str | Path = "raw/MANIFEST.tsv",
+          flag: str = "--run-id", resumable: bool = True) -> Path:
     """Create the run's folder, refusing one that exists (unless resumed, and never a pinned one).
 
-    Called before any server starts, so a refused run has touched nothing."""
+    Called before any server starts, so a refused run has touched nothing. `flag` is the option
+    that names the folder in the calling launcher, and `resumable` whether it has `--resume`, so
+    the refusal suggests only what that launcher accepts."""
     run_dir = Path(run_dir)
     if run_dir.exists():
         pinned = pinned_under(run_dir, manifest)
         if pinned:
             raise RunFolderExists(f"{run_dir}: holds {len(pinned)} pinned record(s) (e.g. {pinned[0]}); a run never "
-                                  f"writes into committed records. Use a new id, e.g. --run-id {free_id(run_dir.parent, run_dir.name)}")
+                                  f"writes into committed records. Use a new one, e.g. {suggestion(run_dir, flag)}")
         if not resume:
-            raise RunFolderExists(f"{run_dir}: exists already; a run writes only into a new folder. Use a new id, "
-                                  f"e.g. --run-id {free_id(run_dir.parent, run_dir.name)}, or --resume to continue "
-                                  "that (unpinned) run")
+            resume_hint = ", or --resume to continue that (unpinned) run" if resumable else ""
+            raise RunFolderExists(f"{run_dir}: exists already; a run writes only into a new folder. Use a new one, "
+                                  f"e.g. {suggestion(run_dir, flag)}{resume_hint}")
         return run_dir
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     run_dir.mkdir()  # not exist_ok: two runs racing for one id, the second fails here

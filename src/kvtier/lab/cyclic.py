@@ -203,7 +203,7 @@ def run(out: str | Path, plan: CyclicPlan, spec_for: Callable[[str], ServerSpec]
         health_timeout_s: float = 900.0, extra: dict | None = None) -> list[Path]:
     """Launch each setup's server in turn, run the passes, stop it; returns the files written.
     `out` must be new (or empty): nothing of an earlier run is overwritten or appended to."""
-    out = claim(out)  # a new folder, before any server: a run never writes into another run's records
+    out = claim(out, flag="--out", resumable=False)  # a new folder, before any server: a run never writes into another run's records
     specs = {s: spec_for(s) for s in plan.setups}
     for spec in specs.values():
         preflight(spec)

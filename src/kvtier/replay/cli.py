@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
     try:
-        out = claim(a.out, resume=a.resume)  # before any server: a new folder, or an unpinned run resumed
+        out = claim(a.out, resume=a.resume, flag="--out")  # before any server: a new folder, or an unpinned run resumed
     except ManifestError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
