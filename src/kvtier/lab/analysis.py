@@ -215,25 +215,28 @@ def _cpu_sweep(shape: ex.LabShape, chunk: int, kv_bytes_per_token: int) -> tuple
             "defeated_up_to_chunks": int(zero["cpu_chunks"].max()) if len(zero) else 0}, sweep
 
 
-def _prediction(run: LabRun, single: pd.DataFrame, two: pd.DataFrame, costs: Any, partial_doc: int) -> tuple[dict, pd.DataFrame]:
-    """Every document request's TTFT priced from the simulator's outcome, beside the measured one."""
+def _predicted(run: LabRun, sim: pd.DataFrame, costs: Any, setup: str) -> tuple[dict[str, float], pd.DataFrame]:
+    """One setup's document requests, each TTFT priced from the simulator's outcome beside the measured one."""
     req = run.requests
-    docs_req = req[req["phase"].eq("doc")].copy()
-    sim = pd.concat([single.assign(setup="vllm"), two.assign(setup="lmcache")])
-    sim = sim[sim["doc"].ge(0)].rename(columns={"gpu_tokens": "sim_gpu_tokens", "cpu_tokens": "sim_cpu_tokens",
-                                                 "computed_tokens": "sim_computed_tokens"})
+    docs_req = req[req["phase"].eq("doc") & req["setup"].eq(setup)]
+    docs_req = docs_req.assign(_order=docs_req.index)  # its row in requests.csv
+    sim = sim[sim["doc"].ge(0)].assign(setup=setup).rename(columns={"gpu_tokens": "sim_gpu_tokens", "cpu_tokens": "sim_cpu_tokens",
+                                                                    "computed_tokens": "sim_computed_tokens"})
     sim["predicted_ms"] = predict(sim.rename(columns={"sim_computed_tokens": "computed_tokens", "sim_cpu_tokens": "cpu_tokens"}), costs)
     table = docs_req.merge(sim.drop(columns=["tokens"]), on=["setup", "pass", "doc"], how="left", validate="one_to_one")
     table["error_ms"] = table["predicted_ms"] - table["ttft_ms"]
-    out: dict[str, Any] = {"mae": float(table["error_ms"].abs().mean())}
-    for setup in SETUPS:
-        for p in PASSES:
-            g = table[table["setup"].eq(setup) & table["pass"].eq(p)]
-            out[f"{setup}.{p}.p50"] = float(g["predicted_ms"].median())
-    part = table[table["setup"].eq("vllm") & table["pass"].eq("reverse") & table["doc"].eq(int(partial_doc))]
-    out["partial_time"] = float(part["predicted_ms"].iloc[0])
-    out["partial_tokens"] = int(part["sim_gpu_tokens"].iloc[0])
-    return out, table
+    return {p: float(table.loc[table["pass"].eq(p), "predicted_ms"].median()) for p in PASSES}, table
+
+
+def _partial(table: pd.DataFrame, doc: int) -> dict[str, Any]:
+    """The prediction of the reverse pass's partial GPU hit."""
+    part = table[table["pass"].eq("reverse") & table["doc"].eq(int(doc))]
+    return {"time": float(part["predicted_ms"].iloc[0]), "tokens": int(part["sim_gpu_tokens"].iloc[0])}
+
+
+def _requests_table(*tables: pd.DataFrame) -> pd.DataFrame:
+    """The setups' predicted requests in the order requests.csv lists them."""
+    return pd.concat(tables, ignore_index=True).sort_values("_order", kind="stable").drop(columns="_order").reset_index(drop=True)
 
 
 # ---------------------------------------------------------------- the numbers
@@ -363,11 +366,14 @@ def analyse(inp: LabInputs, w: NumbersWriter) -> LabTables:
     w.add("lab.predict.base", c["base_ms"], "ms")
     w.add("lab.predict.compute_per_ktok", c["compute_ms_per_token"] * 1000, "ms")
     w.add("lab.predict.load_per_ktok", c["load_ms_per_token"] * 1000, "ms")
-    pr, table = T(_prediction, run, single, two, costs, vr["partial_doc"])
-    w.add("lab.predict.mae", pr["mae"], "ms")
-    for setup in SETUPS:
+    # each setup's prediction from its own simulation: vLLM alone's reads no CPU pool (no model)
+    (pv, tv), (pl, tl) = T(_predicted, run, single, costs, "vllm"), T(_predicted, run, two, costs, "lmcache")
+    table = T(_requests_table, tv, tl)
+    w.add("lab.predict.mae", T(lambda t: float(t["error_ms"].abs().mean()), table), "ms")
+    for setup, pr in (("vllm", pv), ("lmcache", pl)):
         for p in PASSES:
-            w.add(f"lab.predict.{setup}.{p}.p50", pr[f"{setup}.{p}.p50"], "ms")
-    w.add("lab.predict.partial_time", pr["partial_time"], "ms")
-    w.add("lab.predict.partial_tokens", pr["partial_tokens"], "tokens")
+            w.add(f"lab.predict.{setup}.{p}.p50", pr[p], "ms")
+    part = T(_partial, tv, vr["partial_doc"])
+    w.add("lab.predict.partial_time", part["time"], "ms")
+    w.add("lab.predict.partial_tokens", part["tokens"], "tokens")
     return LabTables(table, passes, sweep)
