@@ -3,8 +3,8 @@
 For each setup (vLLM alone, vLLM with LMCache) a server is launched with the KV cache sized
 as in the lab, the documents are read first in order, then in the same order again, then in
 reverse; after the last pass one short check prompt of unique text confirms the server still
-answers. /metrics is scraped before the first pass and after each. The run is written in the layout kvtier.lab.records
-reads (and kvtier.replica.lab imitates):
+answers. /metrics is scraped before the first pass and after each. The run is written by kvtier.records.labwriter (as
+kvtier.replica.lab's is) in the layout kvtier.records.labrun reads:
 
     python -m kvtier lab --out raw/lab/cyclic-live --setups vllm,lmcache \
         --model Qwen/Qwen2.5-1.5B-Instruct --gpu-cache-tokens 21520 --pin
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import csv
 import fcntl
 import hashlib
 import os
@@ -45,7 +44,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Iterator
 
-import yaml
 from tqdm import tqdm
 
 from ..errors import ManifestError
@@ -54,10 +52,10 @@ from ..serving import ServerSpec, ServingClient, VllmServer
 from ..serving import redact
 from ..serving.redact import redact_argv
 from ..serving.server import preflight
-from . import PASSES
+from ..records import labwriter as W
+from ..records.labwriter import PASSES
 
-REQUEST_COLUMNS = ["setup", "pass", "phase", "order", "doc", "prompt_tokens", "cached_tokens", "start_s", "ttft_ms",
-                   "e2e_ms", "output_tokens", "metrics_after"]
+REQUEST_COLUMNS = [*W.REQUEST_COLUMNS, W.METRICS_AFTER]
 TIER_OF_SETUP = {"vllm": "none", "lmcache": "lmcache", "lmcache-small": "lmcache", "native": "native", "native-small": "native"}
 LOAD_INTERVAL_S = 5.0
 
@@ -87,11 +85,12 @@ def check_text(plan: CyclicPlan) -> str:
 
 
 def run_passes(client: ServingClient, setup: str, plan: CyclicPlan, docs: list[str], metrics_dir: Path,
-               progress: bool = True) -> list[dict]:
-    """Three passes against one live server; snapshots /metrics before the first and after each."""
-    metrics_dir.mkdir(parents=True, exist_ok=True)
-    (metrics_dir / "0_start.prom").write_text(client.metrics_text(), encoding="utf-8")
-    rows: list[dict] = []
+               progress: bool = True) -> list[W.RequestRow]:
+    """Three passes against one live server; snapshots /metrics before the first and after each
+    (records.labwriter's layout, under `metrics_dir`'s setup folder)."""
+    setup_dir = metrics_dir.parent
+    W.write_snapshot(W.snapshot_path(setup_dir, 0), client.metrics_text())
+    rows: list[W.RequestRow] = []
     t0 = time.perf_counter()
     bar = tqdm(total=len(PASSES) * plan.docs + 1, desc=setup, disable=not progress)
     for k, p in enumerate(PASSES, 1):
@@ -105,20 +104,16 @@ def run_passes(client: ServingClient, setup: str, plan: CyclicPlan, docs: list[s
             usage = r.usage or {}
             snap = ""
             if plan.per_request_metrics:
-                snap = f"metrics/requests/{k}_{p}_{i:02d}.prom"
-                (metrics_dir / "requests").mkdir(exist_ok=True)
-                (metrics_dir.parent / snap).write_text(client.metrics_text(), encoding="utf-8")
+                snap = W.request_snapshot(k, p, i)
+                W.write_snapshot(setup_dir / snap, client.metrics_text())
             first = r.ttft_s if r.ttft_s is not None else r.first_chunk_s  # a random model may emit no text
-            rows.append({
-                "setup": setup, "pass": p, "phase": phase, "order": i, "doc": "" if d is None else d,
-                "prompt_tokens": int(usage.get("prompt_tokens", 0)),
-                "cached_tokens": int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0),
-                "start_s": f"{start:.4f}", "ttft_ms": f"{1000 * (first if first is not None else r.total_s):.2f}",
-                "e2e_ms": f"{1000 * r.total_s:.2f}", "output_tokens": int(usage.get("completion_tokens", 0)),
-                "metrics_after": snap,
-            })
+            rows.append(W.RequestRow(
+                setup, p, phase, i, d, int(usage.get("prompt_tokens", 0)),
+                int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0), start,
+                1000 * (first if first is not None else r.total_s), 1000 * r.total_s, int(usage.get("completion_tokens", 0)),
+                snap))
             bar.update()
-        (metrics_dir / f"{k}_{p}.prom").write_text(client.metrics_text(), encoding="utf-8")
+        W.write_snapshot(W.snapshot_path(setup_dir, k), client.metrics_text())
     bar.close()
     return rows
 
@@ -137,7 +132,7 @@ def _recorded_env(spec: ServerSpec) -> dict[str, str]:
     return {k: v for k, v in spec.environment().items() if k.startswith("LMCACHE_") or k in keep}
 
 
-def write_run(out: Path, plan: CyclicPlan, specs: dict[str, ServerSpec], rows: list[dict], extra: dict | None = None) -> None:
+def write_run(out: Path, plan: CyclicPlan, specs: dict[str, ServerSpec], rows: list[W.RequestRow], extra: dict | None = None) -> None:
     run = {
         "record": "lab cyclic-access measurement", "class": "measured", "generator": "kvtier.lab.cyclic",
         "model": next(iter(specs.values())).model,
@@ -150,15 +145,12 @@ def write_run(out: Path, plan: CyclicPlan, specs: dict[str, ServerSpec], rows: l
                    for s, spec in specs.items()},
         **(extra or {}),
     }
-    (out / "run.yaml").write_text(yaml.safe_dump(redact.record(run), sort_keys=False), encoding="utf-8")
-    with open(out / "requests.csv", "w", newline="", encoding="utf-8") as f:
-        w = csv.DictWriter(f, REQUEST_COLUMNS, lineterminator="\n")
-        w.writeheader()
-        w.writerows(rows)
+    W.write_run(out, redact.record(run))
+    W.write_requests(out / "requests.csv", rows, metrics_after=True)
 
 
-def _doc_tokens(rows: list[dict]) -> int | list[int]:
-    lengths = sorted({r["prompt_tokens"] for r in rows if r["phase"] == "doc"})
+def _doc_tokens(rows: list[W.RequestRow]) -> int | list[int]:
+    lengths = sorted({r.prompt_tokens for r in rows if r.phase == "doc"})
     return lengths[0] if len(lengths) == 1 else lengths
 
 

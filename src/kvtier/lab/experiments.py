@@ -7,7 +7,7 @@ or tables.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 import pandas as pd
 
 from ..sim import Outcome, Request, TieredCache, document_chain, fast, gpu_blocks_for, prompt_request
@@ -101,7 +101,7 @@ def second_pass_capacity_thresholds(shape: LabShape) -> tuple[int, int]:
 
 def second_pass_hits_at(shape: LabShape, cache_tokens: int) -> int:
     """Second-pass GPU hit tokens at a given cache size, by direct replay (checks the thresholds)."""
-    df = replay(LabShape(**{**shape.__dict__, "gpu_cache_tokens": cache_tokens}))
+    df = replay(replace(shape, gpu_cache_tokens=cache_tokens))
     return int(df.loc[df["pass"].eq("second"), "gpu_tokens"].sum())
 
 

@@ -14,7 +14,7 @@ from typing import Any, Iterable
 import pandas as pd
 
 from ..errors import RawRecordError
-from ..yamlio import load_yaml
+from ..records.labrun import read_lab_run, read_run
 from . import live
 
 SETUPS = ("vllm", "lmcache", "lmcache-small")
@@ -32,7 +32,7 @@ def launch_dirs(root: str | Path, pinned: Iterable[str] | None = None) -> list[P
     for d in sorted(p for p in root.iterdir() if (p / "run.yaml").is_file()) if root.is_dir() else []:
         if keep is not None and (d / "run.yaml").as_posix() not in keep:
             continue
-        meta = load_yaml((d / "run.yaml").read_text(encoding="utf-8"))
+        meta = read_run(d / "run.yaml")
         if "started_utc" not in meta:
             raise RawRecordError(d / "run.yaml", "a launch without started_utc: its place in the series is unknown")
         found.append((str(meta["started_utc"]), d))
@@ -45,8 +45,7 @@ def launch_table(root: str | Path, pinned: Iterable[str] | None = None) -> pd.Da
     """Every request of every launch: measured and predicted tokens by source, the launch beside it."""
     frames = []
     for k, d in enumerate(launch_dirs(root, pinned), 1):
-        meta = load_yaml((d / "run.yaml").read_text(encoding="utf-8"))
-        load = meta.get("load") or {}
+        load = read_lab_run(d).meta.get("load") or {}
         t = live.predict(d, live.request_sources(d))
         frames.append(t.assign(launch=d.name, launch_index=k, load_start=(load.get("start") or [None])[0],
                                load_end=(load.get("end") or [None])[0]))

@@ -12,20 +12,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import re
-
 import pandas as pd
 
 from ..errors import RawRecordError
-from ..records.geometry import shape_from
-from ..records.prometheus import Snapshot
 from ..production import runcontract
-from ..records.prometheus import read_prometheus
+from ..records.geometry import lmcache_pool, shape_from
+from ..records.labrun import read_lab_run, read_run
+from ..records.labwriter import METRICS_AFTER
+from ..records.prometheus import Snapshot, read_prometheus
 from ..sim import TieredCache
 from ..step_budget import step_tokens_of
 from .experiments import requests_from_rows
-from .records import read_requests
-from ..yamlio import load_yaml
 
 SOURCE_COLUMNS = {"local_cache_hit": "gpu_tokens", "external_kv_transfer": "cpu_tokens", "local_compute": "computed_tokens"}
 
@@ -33,23 +30,22 @@ SOURCE_COLUMNS = {"local_cache_hit": "gpu_tokens", "external_kv_transfer": "cpu_
 def request_sources(run_dir: str | Path) -> pd.DataFrame:
     """requests.csv plus gpu/cpu/computed tokens per request, cross-checked against usage."""
     run_dir = Path(run_dir)
-    path = run_dir / "requests.csv"
-    reqs = read_requests(path)
-    raw = pd.read_csv(path, dtype=str, keep_default_na=False)
-    if "metrics_after" not in raw.columns:
+    run = read_lab_run(run_dir)
+    path = run.requests_path
+    reqs = run.requests
+    if METRICS_AFTER not in reqs.columns:
         raise RawRecordError(path, "no metrics_after column: this run has no per-request /metrics series", line=1)
-    reqs["metrics_after"] = raw["metrics_after"]
     rows = []
     for setup, group in reqs.groupby("setup", sort=False):
-        start = run_dir / setup / "metrics" / "0_start.prom"
-        contract = _RunContract(start)
+        contract = _RunContract(run.setup(setup).snapshot_paths[0])
         before = contract.last.tokens_by_source()
         for i, r in group.iterrows():
             if not r.metrics_after:
                 raise RawRecordError(path, f"request of {setup} has no /metrics snapshot after it", line=int(i) + 2)
-            snap = run_dir / setup / r.metrics_after
-            if not snap.exists():
-                raise RawRecordError(path, f"metrics_after names {setup}/{r.metrics_after}, which is missing", line=int(i) + 2)
+            try:
+                snap = run.setup(setup).request_snapshot(r.metrics_after)
+            except FileNotFoundError:
+                raise RawRecordError(path, f"metrics_after names {setup}/{r.metrics_after}, which is missing", line=int(i) + 2) from None
             after = contract.next(snap).tokens_by_source()  # counters finite, not negative, not lower than before
             delta = {col: after[src] - before[src] for src, col in SOURCE_COLUMNS.items()}
             before = after
@@ -90,35 +86,20 @@ def shape_of(metrics: Path, server_log: Path) -> dict[str, int | None]:
     worker's startup line; no line: no pool, cpu_chunks and chunk_blocks None)."""
     log = runcontract.read_log_facts(server_log)  # a worker line repeated with other values is refused
     run_yaml = Path(server_log).parent.parent / "run.yaml"
-    setups = (load_yaml(run_yaml.read_text(encoding="utf-8")) or {}).get("setups") or {} if run_yaml.is_file() else {}
+    setups = read_run(run_yaml).get("setups") or {} if run_yaml.is_file() else {}
     setup = dict(setups.get(Path(server_log).parent.name) or {})
     server = {**{k: setup[k] for k in ("tier", "offload_gib", "offload_block_tokens") if k in setup}, "command": setup.get("args")}
     runcontract.check_geometry(run_yaml, server, log, [read_prometheus(metrics)])  # run.yaml, connector, worker, cache_config_info
     return shape_from(metrics, log.worker)
 
 
-LMCACHE_BYTES_PER_TOKEN = re.compile(r"kvtier_lmcache_cpu: registered .*?bytes_per_token=(\d+)")
-
-
 def lmcache_shape(setup_dir: Path, setup: dict[str, Any]) -> dict[str, int | None]:
-    """server_shape of an LMCache server: its pool in chunks from the configuration it was given
-    (max_local_cpu_size GiB, as LMCache reads it, over chunk_size tokens) and the bytes a token
-    takes, which kvtier's connector logs when it first sees the KV cache."""
+    """server_shape of an LMCache server: its pool in chunks (kvtier.records.geometry.lmcache_pool,
+    from the configuration it was given and the bytes a token takes, as kvtier's connector logs)."""
     shape = shape_from(setup_dir / "metrics" / "0_start.prom", None)
-    env = setup.get("env") or {}
-    log = setup_dir / "server.log"
-    try:
-        pool_gib, chunk = float(env["LMCACHE_MAX_LOCAL_CPU_SIZE"]), int(env["LMCACHE_CHUNK_SIZE"])
-    except (KeyError, ValueError):
-        raise RawRecordError(setup_dir.parent / "run.yaml", "an LMCache setup without LMCACHE_MAX_LOCAL_CPU_SIZE / "
-                                                             "LMCACHE_CHUNK_SIZE in its env") from None
-    m = LMCACHE_BYTES_PER_TOKEN.search(log.read_text(encoding="utf-8", errors="replace"))
-    if not m:
-        raise RawRecordError(log, "no kvtier_lmcache_cpu 'registered ... bytes_per_token=' line: LMCache never moved KV")
-    block = int(shape["block_tokens"])  # type: ignore[arg-type]
-    if chunk % block:
-        raise RawRecordError(setup_dir.parent / "run.yaml", f"LMCache chunk of {chunk} tokens is not whole {block}-token blocks")
-    return {**shape, "chunk_blocks": chunk // block, "cpu_chunks": int(pool_gib * 2**30) // (chunk * int(m.group(1)))}
+    chunk_blocks, cpu_chunks = lmcache_pool(setup.get("env") or {}, setup_dir.parent / "run.yaml", setup_dir / "server.log",
+                                            int(shape["block_tokens"]))  # type: ignore[arg-type]
+    return {**shape, "chunk_blocks": chunk_blocks, "cpu_chunks": cpu_chunks}
 
 
 def predict(run_dir: str | Path, measured: pd.DataFrame, null_blocks: int = 1) -> pd.DataFrame:
@@ -130,7 +111,7 @@ def predict(run_dir: str | Path, measured: pd.DataFrame, null_blocks: int = 1) -
     `null_blocks`: vLLM's block pool keeps block 0 as its null block, so the usable KV cache is
     num_gpu_blocks - 1 (BlockPool in vllm/v1/core/block_pool.py)."""
     run_dir = Path(run_dir)
-    meta = load_yaml((run_dir / "run.yaml").read_text(encoding="utf-8"))
+    meta = read_lab_run(run_dir).meta  # the run's contract, its servers' KV cache cross-checked (records.geometry)
     max_tokens = int(meta["max_tokens"])
     frames = []
     for setup, rows in measured.groupby("setup", sort=False):

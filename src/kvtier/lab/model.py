@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import RawRecordError
+from ..records.touch import Touching, carry
 from ..yamlio import load_yaml
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8": 1}
@@ -18,7 +19,7 @@ REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attent
 
 
 @dataclass(frozen=True)
-class ModelShape:
+class ModelShape(Touching):  # its sizes touch the model record when read (records.touch)
     name: str
     hidden: int
     intermediate: int
@@ -62,11 +63,11 @@ def read_model(path: str | Path) -> ModelShape:
         raise RawRecordError(path, f"unknown torch_dtype {cfg['torch_dtype']!r}", record="config.torch_dtype")
     if cfg["hidden_size"] % cfg["num_attention_heads"]:
         raise RawRecordError(path, "hidden_size is not a multiple of num_attention_heads", record="config")
-    return ModelShape(
+    return carry(ModelShape(
         name=str((data.get("source") or {}).get("model", Path(path).stem)),
         hidden=int(cfg["hidden_size"]), intermediate=int(cfg["intermediate_size"]),
         layers=int(cfg["num_hidden_layers"]), heads=int(cfg["num_attention_heads"]),
         kv_heads=int(cfg["num_key_value_heads"]), vocab=int(cfg["vocab_size"]),
         tied_embeddings=bool(cfg["tie_word_embeddings"]), dtype_bytes=DTYPE_BYTES[cfg["torch_dtype"]],
         qkv_bias=bool((data.get("architecture") or {}).get("qkv_bias", False)),
-    )
+    ), path)

@@ -12,14 +12,15 @@ every source present with the others; the readers below derive the numbers the d
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import RawRecordError
+from ..errors import RawRecordError, capped_lines
 from .prometheus import Snapshot
 from . import vllm as V
-from .touch import Touching, carry
+from .touch import Touching, carry, quiet
 
 if TYPE_CHECKING:  # the server log's readers (production.runcontract.logfacts, production.vllmlog)
     from ..production.analysis import Log
@@ -287,3 +288,75 @@ def offload_block_bytes(from_log: int | None, recorded: dict[str, Any], log: Pat
         raise RawRecordError(log, f"bytes per offloaded block {from_log:,} disagree with the model's geometry "
                                   f"({recorded['model']:,}) recorded in run.yaml")
     return from_log or recorded.get("model")
+
+
+# ---------------------------------------------------------------- the server's first tier (the lab)
+
+KV_CACHE_LINE = re.compile(V.KV_CACHE_SIZE_LINE)
+
+
+def logged_kv_cache_tokens(log: Path) -> tuple[int, int]:
+    """(tokens, line) of the server log's first 'GPU KV cache size: N tokens' startup line (CPU
+    on the CPU build)."""
+    for i, line, _ in capped_lines(log, errors="replace"):
+        m = KV_CACHE_LINE.search(line)
+        if m:
+            return int(m["tokens"].replace(",", "")), i
+    raise RawRecordError(log, "no 'KV cache size: N tokens' line: was the log cut before the engine started?")
+
+
+@dataclass(frozen=True)
+class ServerCache:
+    """The server's first tier (the GPU's KV cache, the CPU's on the CPU build): its block and
+    its size, as cache_config_info and the startup line state them."""
+
+    block_tokens: int
+    kv_blocks: int
+    tokens: int
+
+
+def server_cache(snaps: list[Snapshot], log: Path) -> ServerCache:
+    """The first tier from every source, cross-checked: cache_config_info (block_size,
+    num_gpu_blocks) the same in every snapshot of the server, and its size in tokens the one
+    the startup line logged. Reads without touching (a check): the record's accessors touch
+    the file each value is taken from."""
+    with quiet():
+        infos = [(s, c) for s in snaps for c in [cache_config(s)] if c is not None]
+        if not infos:
+            raise RawRecordError(snaps[0].path if snaps else log, f"no {V.CACHE_CONFIG_INFO} with block_size")
+        for (s0, (c0, l0)), (s1, (c1, l1)) in zip(infos, infos[1:]):
+            if (c0.get("block_size"), c0.get("num_gpu_blocks")) != (c1.get("block_size"), c1.get("num_gpu_blocks")):
+                raise RawRecordError(s1.path, f"{V.CACHE_CONFIG_INFO} block_size {c1.get('block_size')} / num_gpu_blocks "
+                                              f"{c1.get('num_gpu_blocks')}, {c0.get('block_size')} / {c0.get('num_gpu_blocks')} "
+                                              f"in {s0.path}:{l0}: not one server", line=l1)
+        snap, (info, line) = infos[0]
+        try:
+            block, blocks = int(info["block_size"]), int(info["num_gpu_blocks"])
+        except (KeyError, ValueError):
+            raise RawRecordError(snap.path, f"{V.CACHE_CONFIG_INFO} lacks block_size / num_gpu_blocks", line=line) from None
+        tokens, at = logged_kv_cache_tokens(log)
+        if snap.kv_cache_tokens() != tokens:
+            raise RawRecordError(log, f"KV cache size {tokens:,} tokens, but {snap.path}:{line} gives {snap.kv_cache_tokens():,} "
+                                      f"({blocks} blocks of {block}): the run's sources disagree on its geometry", line=at)
+    return ServerCache(block, blocks, tokens)
+
+
+LMCACHE_BYTES_PER_TOKEN = re.compile(r"kvtier_lmcache_cpu: registered .*?bytes_per_token=(\d+)")
+
+
+def lmcache_pool(env: dict[str, Any], run_yaml: Path, log: Path, block_tokens: int) -> tuple[int, int]:
+    """(chunk_blocks, cpu_chunks) of an LMCache server's CPU pool: its size from the configuration
+    it was given (LMCACHE_MAX_LOCAL_CPU_SIZE GiB, as LMCache reads it) over LMCACHE_CHUNK_SIZE
+    tokens of the bytes a token takes, which kvtier's CPU connector logs when it first sees the
+    KV cache."""
+    try:
+        pool_gib, chunk = float(env["LMCACHE_MAX_LOCAL_CPU_SIZE"]), int(env["LMCACHE_CHUNK_SIZE"])
+    except (KeyError, ValueError):
+        raise RawRecordError(run_yaml, "an LMCache setup without LMCACHE_MAX_LOCAL_CPU_SIZE / LMCACHE_CHUNK_SIZE in its env") from None
+    per_token = next((int(m.group(1)) for _, line, _ in capped_lines(log, errors="replace")
+                      for m in [LMCACHE_BYTES_PER_TOKEN.search(line)] if m), None)
+    if per_token is None:
+        raise RawRecordError(log, "no kvtier_lmcache_cpu 'registered ... bytes_per_token=' line: LMCache never moved KV")
+    if chunk % block_tokens:
+        raise RawRecordError(run_yaml, f"LMCache chunk of {chunk} tokens is not whole {block_tokens}-token blocks")
+    return chunk // block_tokens, int(pool_gib * GIB) // (chunk * per_token)

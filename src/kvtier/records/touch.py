@@ -123,6 +123,13 @@ class TracedDict(dict):
         return [self[k] for k in self.keys()]
 
 
+class TracedList(list):
+    """A list whose items carry the files it was computed from, and so does the list (a number
+    whose value is a list, empty or not, names them)."""
+
+    _kvtier_sources: frozenset[str] = frozenset()
+
+
 def wrap(value: Any, sources: Iterable[str] | frozenset[str]) -> Any:
     """`value`, carrying `sources` (added to any it carries already). Numbers, dicts, lists and
     tuples of them are traced; anything else (a table, a string, None, a bool) is returned as is."""
@@ -141,7 +148,11 @@ def wrap(value: Any, sources: Iterable[str] | frozenset[str]) -> Any:
         d = TracedDict(value)
         d._kvtier_sources = src
         return d
-    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+    if isinstance(value, list):
+        out = TracedList(wrap(v, src) for v in value)
+        out._kvtier_sources = src
+        return out
+    if isinstance(value, tuple) and not hasattr(value, "_fields"):
         return type(value)(wrap(v, src) for v in value)
     attrs = getattr(value, "attrs", None)
     if isinstance(attrs, dict):  # a pandas table: its files go in its attrs (kept by its copies)

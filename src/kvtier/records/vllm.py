@@ -43,3 +43,23 @@ def legacy_of_flat(name: str) -> tuple[str, str, str] | None:
             if name == flat or name.startswith(flat + "_"):
                 return fam, tt, name[len(flat):]
     return None
+
+# The prefix cache's counters (the lab's per-pass deltas); `_total` is prometheus_client's suffix
+# for a counter, so a writer that declares the counter names it without (counter_base).
+PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
+PREFIX_HITS = "vllm:prefix_cache_hits_total"
+EXTERNAL_PREFIX_QUERIES = "vllm:external_prefix_cache_queries_total"  # a KV connector's lookups (LMCache)
+EXTERNAL_PREFIX_HITS = "vllm:external_prefix_cache_hits_total"
+REQUEST_SUCCESS = "vllm:request_success_total"
+PREEMPTIONS = "vllm:num_preemptions_total"
+TTFT_SECONDS = "vllm:time_to_first_token_seconds"
+
+# -- startup lines --------------------------------------------------------------------------------
+# The first tier's size as the engine logs it: "GPU KV cache size: 21,520 tokens" (CPU on the CPU
+# build; vLLM 0.17 on, the same words in every release since).
+KV_CACHE_SIZE_LINE = r"(?P<device>GPU|CPU|XPU) KV cache size: (?P<tokens>[\d,]+) tokens"
+
+
+def counter_base(name: str) -> str:
+    """A counter's name as prometheus_client declares it (it adds `_total` when it prints)."""
+    return name[: -len("_total")] if name.endswith("_total") else name

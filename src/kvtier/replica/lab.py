@@ -1,7 +1,7 @@
 """Replica of the lab's cyclic-access measurement (the authors' records are not public).
 
-Writes, under raw/lab/cyclic/, files in the formats the live experiment writes
-(kvtier.lab.cyclic): run.yaml, requests.csv, per setup a server log and /metrics snapshots
+Writes, under raw/lab/cyclic/, files in the formats the live experiment writes, with the same
+writer (kvtier.records.labwriter, as kvtier.lab.cyclic does): run.yaml, requests.csv, per setup a server log and /metrics snapshots
 after each pass, and for LMCache its log lines in LMCache 0.5.6's format. The values are
 drawn from a seeded generator and then pinned to what the lab printed (its table and text);
 everything else (per-request spread, decode time, timestamps) is invented and plausible.
@@ -17,23 +17,19 @@ why the reverse pass's counters show 50,243 prompt tokens rather than 50,110.
 from __future__ import annotations
 
 import argparse
-import csv
 import random
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-
 from ..lab.model import read_model
 from ..manifest import add_entries
+from ..records import labwriter as W
 
 SEED = 20261014
 MODEL_RECORD = "raw/lab/model/qwen2.5-1.5b-instruct.yaml"
 SERVED = "Qwen/Qwen2.5-1.5B-Instruct"
 SETUPS = ("vllm", "lmcache")
-PASSES = ("first", "second", "reverse")
+PASSES = W.PASSES
 DOCS = 10
 DOC_TOKENS = 5011
 CHECK_TOKENS = 133
@@ -215,60 +211,17 @@ def _load_costs(rng: random.Random, rows: list[Row]) -> dict[int, float]:
 
 
 def write_requests(rows: list[Row], path: Path) -> None:
-    cols = ["setup", "pass", "phase", "order", "doc", "prompt_tokens", "cached_tokens", "start_s", "ttft_ms", "e2e_ms",
-            "output_tokens"]
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f, lineterminator="\n")
-        w.writerow(cols)
-        for r in rows:
-            w.writerow([r.setup, r.pass_, r.phase, r.order, "" if r.doc < 0 else r.doc, r.prompt_tokens, r.cached_tokens,
-                        f"{r.start_s:.4f}", f"{r.ttft_ms:.2f}", f"{r.e2e_ms:.2f}", MAX_TOKENS])
+    W.write_requests(path, (W.RequestRow(r.setup, r.pass_, r.phase, r.order, None if r.doc < 0 else r.doc, r.prompt_tokens,
+                                         r.cached_tokens, r.start_s, r.ttft_ms, r.e2e_ms, MAX_TOKENS) for r in rows))
 
 
 def _metrics_text(rows: list[Row], setup: str, passes_done: int, started: float) -> str:
-    """A /metrics scrape as vLLM 0.17 prints it (single API server, so with _created lines)."""
-    reg = CollectorRegistry()
-    lab = ["engine", "model_name"]
-    c = {name: Counter(f"vllm:{name}", doc, lab, registry=reg) for name, doc in [
-        ("prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."),
-        ("prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."),
-        ("external_prefix_cache_queries", "External prefix cache queries from KV connector cross-instance cache sharing, in terms of number of queried tokens."),
-        ("external_prefix_cache_hits", "External prefix cache hits from KV connector cross-instance cache sharing, in terms of number of cached tokens."),
-        ("prompt_tokens", "Number of prefill tokens processed."),
-        ("generation_tokens", "Number of generation tokens processed."),
-        ("num_preemptions", "Cumulative number of preemption from the engine."),
-    ]}
-    by_source = Counter("vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", lab + ["source"], registry=reg)
-    success = Counter("vllm:request_success", "Count of successfully processed requests.", lab + ["finished_reason"], registry=reg)
-    ttft = Histogram("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", lab,
-                     buckets=TTFT_BUCKETS, registry=reg)
-    info = Gauge("vllm:cache_config_info", "Information of the LLMEngine CacheConfig",
-                 ["block_size", "cache_dtype", "enable_prefix_caching", "engine", "num_cpu_blocks", "num_gpu_blocks",
-                  "prefix_caching_hash_algo"], registry=reg)
-    info.labels(str(GPU_BLOCK), "auto", "True", "0", "None", str(GPU_CACHE_TOKENS // GPU_BLOCK), "sha256").set(1)
-    labels = {"engine": "0", "model_name": SERVED}
-    for name in c:
-        c[name].labels(**labels)
-    for src in ("local_compute", "local_cache_hit", "external_kv_transfer"):
-        by_source.labels(source=src, **labels)
-    ttft.labels(**labels)
-    for r in rows:
-        if r.setup != setup or PASSES.index(r.pass_) >= passes_done:
-            continue
-        c["prefix_cache_queries"].labels(**labels).inc(r.prompt_tokens)
-        c["prefix_cache_hits"].labels(**labels).inc(r.gpu_tokens)
-        if setup == "lmcache":
-            c["external_prefix_cache_queries"].labels(**labels).inc(r.prompt_tokens - r.gpu_tokens)
-            c["external_prefix_cache_hits"].labels(**labels).inc(r.external_tokens)
-        c["prompt_tokens"].labels(**labels).inc(r.prompt_tokens)
-        c["generation_tokens"].labels(**labels).inc(MAX_TOKENS)
-        by_source.labels(source="local_cache_hit", **labels).inc(r.gpu_tokens)
-        by_source.labels(source="external_kv_transfer", **labels).inc(r.external_tokens)
-        by_source.labels(source="local_compute", **labels).inc(r.prompt_tokens - r.cached_tokens)
-        success.labels(finished_reason="length", **labels).inc()
-        ttft.labels(**labels).observe(max(r.ttft_ms - 1.5, 0.5) / 1000)  # server-side, before HTTP and detokenizing
-    text = generate_latest(reg).decode()
-    return re.sub(r"(_created\{[^}]*\}) [0-9.e+]+", lambda m: f"{m.group(1)} {started:.9e}", text)
+    """A /metrics scrape as vLLM 0.17 prints it (records.labwriter), after the setup's first passes."""
+    served = [W.Served(r.prompt_tokens, r.gpu_tokens, r.external_tokens, MAX_TOKENS,
+                       max(r.ttft_ms - 1.5, 0.5) / 1000)  # server-side, before HTTP and detokenizing
+              for r in rows if r.setup == setup and PASSES.index(r.pass_) < passes_done]
+    return W.vllm_metrics_text(served, model_name=SERVED, block_size=GPU_BLOCK, num_gpu_blocks=GPU_CACHE_TOKENS // GPU_BLOCK,
+                               created=started, ttft_buckets=TTFT_BUCKETS, connector=setup == "lmcache")
 
 
 def _vllm_prefix(pid: int, stamp: str, where: str) -> str:
@@ -276,8 +229,7 @@ def _vllm_prefix(pid: int, stamp: str, where: str) -> str:
 
 
 def _lm(pid: int, stamp: str, level: str, msg: str, where: str) -> str:
-    colour = {"INFO": "\x1b[32m", "WARNING": "\x1b[33m"}[level]
-    return f"(EngineCore_DP0 pid={pid}) {colour}[{stamp}] LMCache {level}:\x1b[0m {msg} ({where})"
+    return W.lmcache_line(f"(EngineCore_DP0 pid={pid}) ", stamp, level, msg, where)
 
 
 def write_logs(rows: list[Row], out: Path, kv_bytes_per_token: int, costs: dict[int, float]) -> None:
@@ -286,7 +238,7 @@ def write_logs(rows: list[Row], out: Path, kv_bytes_per_token: int, costs: dict[
         lines = [
             f"(APIServer pid={pid - 97}) INFO 10-14 09:{10 if setup == 'vllm' else 40}:02 [api_server.py:1896] vLLM API server version {VLLM_VERSION}",
             _vllm_prefix(pid, f"10-14 09:{10 if setup == 'vllm' else 40}:31", "kv_cache_utils.py:1087")
-            + f"GPU KV cache size: {GPU_CACHE_TOKENS:,} tokens",
+            + W.kv_cache_size_line(GPU_CACHE_TOKENS),
             _vllm_prefix(pid, f"10-14 09:{10 if setup == 'vllm' else 40}:31", "kv_cache_utils.py:1091")
             + f"Maximum concurrency for 8,192 tokens per request: {GPU_CACHE_TOKENS / 8192:.2f}x",
         ]
@@ -301,30 +253,23 @@ def write_logs(rows: list[Row], out: Path, kv_bytes_per_token: int, costs: dict[
                 stamp = f"2026-10-14 09:{int(sec // 60):02d}:{sec % 60:06.3f}".replace(".", ",")
                 rid = f"cmpl-{r.pass_[:3]}{r.order:02d}-0"
                 hit = 0 if r.pass_ == "first" or r.phase == "check" else r.prompt_tokens // CHUNK * CHUNK
-                lines.append(_lm(pid, stamp, "INFO",
-                                 f"Reqid: {rid}, Total tokens {r.prompt_tokens}, Inference Engine computed tokens: "
-                                 f"{r.gpu_tokens}, LMCache hit tokens: {hit}, need to load: {hit - r.gpu_tokens if hit else 0}",
+                lines.append(_lm(pid, stamp, "INFO", W.lmcache_lookup(rid, r.prompt_tokens, r.gpu_tokens, hit,
+                                                                     hit - r.gpu_tokens if hit else 0),
                                  "vllm_v1_adapter.py:1137:lmcache.integration.vllm.vllm_v1_adapter"))
                 if r.kind == "load":
                     retrieved = hit - r.gpu_tokens // CHUNK * CHUNK
-                    size = retrieved * kv_bytes_per_token / 1024**3
-                    cost = costs[i]
-                    lines.append(_lm(pid, stamp, "INFO",
-                                     f"[req_id={rid}] Retrieved {retrieved} out of {r.prompt_tokens - r.gpu_tokens} required "
-                                     f"tokens (from {r.prompt_tokens} total tokens). size: {size:.4f} gb, cost {cost:.4f} ms, "
-                                     f"throughput: {size / (cost / 1000):.4f} GB/s;",
+                    lines.append(_lm(pid, stamp, "INFO", W.lmcache_retrieved(rid, retrieved, r.prompt_tokens - r.gpu_tokens,
+                                                                            r.prompt_tokens, retrieved * kv_bytes_per_token / 1024**3,
+                                                                            costs[i]),
                                      "cache_engine.py:607:lmcache.v1.cache_engine"))
                 if r.pass_ == "first" and r.phase == "doc":
                     stored = r.prompt_tokens // CHUNK * CHUNK
-                    size = stored * kv_bytes_per_token / 1024**3
                     cost = 9.0 + 0.0045 * stored / 10
-                    lines.append(_lm(pid, stamp, "INFO",
-                                     f"[req_id={rid}] Stored {stored} out of total {r.prompt_tokens} tokens. size: "
-                                     f"{size:.4f} GB, cost {cost:.4f} ms, throughput: {size / (cost / 1000):.4f} GB/s; "
-                                     f"offload_time: {cost * 0.8:.4f} ms, put_time: {cost * 0.2:.4f} ms",
+                    lines.append(_lm(pid, stamp, "INFO", W.lmcache_stored(rid, stored, r.prompt_tokens,
+                                                                         stored * kv_bytes_per_token / 1024**3, cost,
+                                                                         cost * 0.8, cost * 0.2),
                                      "cache_engine.py:359:lmcache.v1.cache_engine"))
-        (out / setup).mkdir(parents=True, exist_ok=True)
-        (out / setup / "server.log").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        W.write_log(out / setup, lines)
 
 
 def write_run(out: Path) -> None:
@@ -352,7 +297,7 @@ def write_run(out: Path) -> None:
             },
         },
     }
-    (out / "run.yaml").write_text(yaml.safe_dump(run, sort_keys=False), encoding="utf-8")
+    W.write_run(out, run)
 
 
 def generate(out: str | Path = "raw/lab/cyclic", seed: int = SEED) -> list[Path]:
@@ -366,10 +311,8 @@ def generate(out: str | Path = "raw/lab/cyclic", seed: int = SEED) -> list[Path]
     write_requests(rows, out / "requests.csv")
     write_logs(rows, out, kv, _load_costs(rng, rows))
     for s, setup in enumerate(SETUPS):
-        mdir = out / setup / "metrics"
-        mdir.mkdir(parents=True, exist_ok=True)
-        for k, label in enumerate(("start",) + PASSES):
-            (mdir / f"{k}_{label}.prom").write_text(_metrics_text(rows, setup, k, 1.7604e9 + 1800 * s), encoding="utf-8")
+        for k in range(len(W.SNAPSHOTS)):
+            W.write_snapshot(W.snapshot_path(out / setup, k), _metrics_text(rows, setup, k, 1.7604e9 + 1800 * s))
     return sorted(p for p in out.rglob("*") if p.is_file())
 
 
