@@ -2,9 +2,10 @@
 
 `prometheus` (/metrics snapshots), `clientlog` (client.jsonl), `geometry` (the server's blocks
 and the offload pool, derived once and cross-checked across every source), `vllm` (all
-vLLM-version knowledge: metric names, renames, the versions they exist from) and `touch`
-(provenance: a computation's value carries the files its records touched). The data contract's
-checks run in the readers, so every domain that consumes a record has had it checked. The server
-log, the worker lines, the eviction and lab run folders, host facts, cold reads and headroom are
-still read in their domains' modules (docs/ARCHITECTURE.md, Layers): the next to move here.
+vLLM-version knowledge: metric names, renames, the versions they exist from), `touch`
+(provenance: a computation's value carries the files its records touched), `evictionrun` (the
+eviction run folder's reader and writer) and `traced` (record views and tables whose cells keep
+the files they were read from). The data contract's checks run in the readers, so every domain
+that consumes a record has had it checked. The server log, the worker lines, the lab run
+folder, host facts, cold reads and headroom are still read in their domains' modules (docs/ARCHITECTURE.md, Layers): the next to move here.
 """
