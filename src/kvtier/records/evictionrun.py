@@ -61,12 +61,10 @@ def parse_phase_id(pid: str) -> tuple[int, str, int]:
     return (int(cycle[1:]) if cycle else 1), name, int(r or 0)
 
 
-class RunWriter:
-    """Writes one run directory: atomic run.yaml, append-only requests.jsonl, raw snapshots."""
+class _RunFiles:
+    """The files of a run folder, named once for the writer and the reader."""
 
-    def __init__(self, run_dir: str | Path):
-        self.dir = Path(run_dir)
-        (self.dir / "metrics").mkdir(parents=True, exist_ok=True)
+    dir: Path
 
     @property
     def run_yaml(self) -> Path:
@@ -75,6 +73,14 @@ class RunWriter:
     @property
     def requests_jsonl(self) -> Path:
         return self.dir / "requests.jsonl"
+
+
+class RunWriter(_RunFiles):
+    """Writes one run directory: atomic run.yaml, append-only requests.jsonl, raw snapshots."""
+
+    def __init__(self, run_dir: str | Path):
+        self.dir = Path(run_dir)
+        (self.dir / "metrics").mkdir(parents=True, exist_ok=True)
 
     def load_meta(self) -> dict[str, Any] | None:
         return load_yaml(self.run_yaml.read_text(encoding="utf-8")) if self.run_yaml.exists() else None
@@ -117,7 +123,7 @@ def _validator(path: Path) -> jsonschema.protocols.Validator:
 
 
 @dataclass(frozen=True)
-class EvictionRun:
+class EvictionRun(_RunFiles):
     """One run folder as read: its paths, the sha256 of run.yaml and requests.jsonl, run.yaml
     (`meta`) and the requests, whose items touch their file when read (records.traced)."""
 
@@ -126,14 +132,6 @@ class EvictionRun:
     requests: tuple[Mapping[str, Any], ...]
     sha256: Mapping[str, str]
     _snapshots: dict[str, Snapshot] = field(default_factory=dict, repr=False, compare=False)
-
-    @property
-    def run_yaml(self) -> Path:
-        return self.dir / "run.yaml"
-
-    @property
-    def requests_jsonl(self) -> Path:
-        return self.dir / "requests.jsonl"
 
     @property
     def server_log(self) -> Path | None:

@@ -32,14 +32,28 @@ def _wrap(value: Any, path: str) -> Any:
     return value
 
 
-class TouchingMapping(Mapping):
-    """A read-only view of a record's dict: reading an item touches `path`."""
+class _View:
+    """A read-only view of part of a record read from `path`."""
 
     __slots__ = ("_data", "_path")
 
-    def __init__(self, data: dict[str, Any], path: str | Path):
+    def __init__(self, data: Any, path: str | Path):
         self._data = data
         self._path = Path(path).as_posix()
+
+    def __eq__(self, other: object) -> bool:
+        return plain(self) == plain(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._data!r}, {self._path!r})"
+
+
+class TouchingMapping(_View, Mapping):
+    """A record's dict: reading an item touches its file."""
+
+    __slots__ = ()
 
     def __getitem__(self, key: str) -> Any:
         value = self._data[key]
@@ -55,23 +69,14 @@ class TouchingMapping(Mapping):
     def __len__(self) -> int:
         return len(self._data)
 
-    def __eq__(self, other: object) -> bool:
-        return plain(self) == plain(other)
-
+    __eq__ = _View.__eq__
     __hash__ = None  # type: ignore[assignment]
 
-    def __repr__(self) -> str:
-        return f"TouchingMapping({self._data!r}, {self._path!r})"
 
+class TouchingList(_View, Sequence):
+    """A record's list: reading an item (or iterating, or counting them) touches its file."""
 
-class TouchingList(Sequence):
-    """A read-only view of a record's list: reading an item (or iterating) touches `path`."""
-
-    __slots__ = ("_data", "_path")
-
-    def __init__(self, data: list[Any], path: str):
-        self._data = data
-        self._path = path
+    __slots__ = ()
 
     def __getitem__(self, i: Any) -> Any:
         touch(self._path)
@@ -83,13 +88,8 @@ class TouchingList(Sequence):
         touch(self._path)  # how many codes, conversations: a count read off the record
         return len(self._data)
 
-    def __eq__(self, other: object) -> bool:
-        return plain(self) == plain(other)
-
+    __eq__ = _View.__eq__
     __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"TouchingList({self._data!r}, {self._path!r})"
 
 
 def plain(value: Any) -> Any:
