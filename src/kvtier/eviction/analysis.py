@@ -117,12 +117,11 @@ def _request_row(run: EvictionRun, rec: Mapping[str, Any], cycle: int, phase: st
     per = row.put("bytes_per_block", geometry.offload_block_bytes_of, after, per_block)
     row.put("blocks_moved", ck.blocks_moved, d["load_bytes"], per)
     row.put("blocks_served", ck.blocks_served, d["pool_tokens"], block)
-    exact = row.put("_exact", lambda: ck.exact_blocks({"load_bytes": d["load_bytes"], "pool_tokens": d["pool_tokens"],
-                                                      "bytes_per_block": per, "block_tokens": block}),
-                    after=("load_bytes", "pool_tokens", "bytes_per_block", "block_tokens"))
-    row.put("blocks_moved_exact", lambda: exact["blocks_moved_exact"], after=("_exact",))
-    row.put("blocks_served_exact", lambda: exact["blocks_served_exact"], after=("_exact",))
-    row.pop("_exact")
+    def exact(key: str) -> Any:  # each quotient from its own two cells
+        return ck.exact_blocks({"load_bytes": d["load_bytes"], "pool_tokens": d["pool_tokens"], "bytes_per_block": per,
+                                "block_tokens": block})[key]
+    row.put("blocks_moved_exact", exact, "blocks_moved_exact", after=("load_bytes", "bytes_per_block"))
+    row.put("blocks_served_exact", exact, "blocks_served_exact", after=("pool_tokens", "block_tokens"))
     # reorder below: the table's columns keep the order they had
     row.put("evicted", lambda: ck.evicted(d["gpu_hit_tokens"], prompt, _tolerance(run.meta)),
             after=("gpu_hit_tokens", "prompt_tokens"))
