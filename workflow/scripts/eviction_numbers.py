@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvtier.eviction import analysis, cpuset
-from kvtier.eviction.records import find_runs
+from kvtier.records.evictionrun import find_runs
 from kvtier.numbers import atomic_write_text
 from kvtier.provenance import write_sidecar
 from kvtier.snake import begin, numbers_writer
@@ -21,7 +21,7 @@ table = analysis.register_numbers(writer, requests, runs, list(smk.params.table_
                                    float(smk.params.max_load_per_cpu))
 for path, frame in ((smk.output.requests, requests), (smk.output.runs, runs), (smk.output.table_csv, table)):
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    frame.to_csv(path, index=False)
+    frame.values_only().to_csv(path, index=False)  # the values; the files each cell read stay in the tables
     write_sidecar(path, smk.rule, records)
 atomic_write_text(smk.output.table_md, analysis.table1_markdown(table))
 writer.write(smk.output.numbers)

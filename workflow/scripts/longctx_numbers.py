@@ -2,9 +2,8 @@
 and the context-length figure (with the note's GPU setups and the cold-read fits)."""
 from pathlib import Path
 
-from kvtier.coldread import read_coldreads
 from kvtier.eviction import longctx_analysis as lx
-from kvtier.eviction.records import find_runs
+from kvtier.records.evictionrun import find_runs
 from kvtier.manifest import read_manifest
 from kvtier.provenance import write_sidecar
 from kvtier.snake import begin, numbers_writer
@@ -16,15 +15,11 @@ reqs, runs = lx.load(find_runs(list(smk.input.records)), *schemas)
 max_load = float(smk.params.max_load_per_cpu)
 table = lx.size_table(reqs, runs, max_load)
 classes = {p: e.klass for p, e in read_manifest(smk.input.pins).items()}
-gpu_dirs = find_runs(list(smk.input.gpu_records))
-gpu_reqs, gpu_runs = lx.analysis.load(gpu_dirs, *schemas)
-gpu = lx.gpu_points(gpu_dirs, *schemas, list(smk.params.table_setups), classes)
-reads = read_coldreads(smk.input.coldreads)
+gpu = lx.gpu_points(find_runs(list(smk.input.gpu_records)), *schemas, list(smk.params.table_setups), classes)
 writer = numbers_writer(smk, "longctx")
-fits = lx.register_numbers(writer, reqs, runs, table, gpu, gpu_reqs, gpu_runs, smk.input.coldreads,
-                           [r.prompt_tokens for r in reads], [r.ttft_s for r in reads], max_load)
+fits = lx.register_numbers(writer, reqs, runs, table, gpu, smk.input.coldreads, max_load)
 Path(smk.output.table).parent.mkdir(parents=True, exist_ok=True)
-table.to_csv(smk.output.table, index=False)
+table.values_only().to_csv(smk.output.table, index=False)
 write_sidecar(smk.output.table, smk.rule, list(smk.input.records))
 writer.write(smk.output.numbers)
 lx.figure(table, gpu, fits["cpu"], smk.output.svg)

@@ -4,12 +4,14 @@ Nothing is taken on trust from run.yaml's own verdicts: codes are found again in
 answers, eviction and bytes restored are derived again from the raw /metrics snapshots.
 A run enters Table 1 only if it completed, its cold read returned every code (else it is
 excluded, as the note excludes one) and its restore found the prefix outside GPU memory.
+Provenance is read off the records (kvtier.records.traced): each cell of the request and run
+tables carries the files it was read from, and a number names the cells its computation read.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
@@ -17,21 +19,24 @@ import pandas as pd
 from ..errors import RawRecordError
 from ..production.runcontract.logfacts import read_log_facts
 from ..records import geometry
+from ..records.evictionrun import MEASURED_PHASES, EvictionRun, read_run
 from ..records.prometheus import Snapshot
-from .checks import restore_checks
-from .conversation import find_codes
+from ..records.touch import quiet
+from ..records.traced import Row, TracedFrame, plain
+from . import checks as ck
 from . import logprobs as lp_mod
-from ..serving.server import offload_block_bytes_from_log
-from .checks import exact_blocks, request_delta
+from .conversation import find_codes
 from .cpuset import CI_LEVEL, CI_MIN_N, flag_load, latest_set, load_interval_s, record_set, spread
-from .records import MEASURED_PHASES, Run, read_run
 from ..render.svg import save_svg
 
+Run = EvictionRun  # the old name
 MiB = 2**20
 GiB = 2**30
+EMPTY_ROWS = ["phase", "round", "cycle", "codes_found", "codes_expected", "evicted", "pool_bytes", "kv_cache_tokens",
+              "gpu_hit_tokens", "pool_tokens", "prompt_tokens"]
 
 
-def ttft(rec: dict[str, Any]) -> tuple[float, str]:
+def ttft(rec: Mapping[str, Any]) -> tuple[float, str]:
     """Client TTFT: first visible text; the first streamed chunk if the model emitted no text."""
     if rec.get("ttft_s") is not None:
         return float(rec["ttft_s"]), "text"
@@ -40,132 +45,195 @@ def ttft(rec: dict[str, Any]) -> tuple[float, str]:
     raise RawRecordError(f"requests.jsonl (seq {rec['seq']})", "request has neither ttft_s nor first_chunk_s")
 
 
-def offload_block_bytes(run: Run) -> int | None:
+def offload_block_bytes(run: EvictionRun) -> int | None:
     """Bytes of one offloaded block without kv_offload_config_info (vLLM 0.32): the raw server log's
-    kvtier worker line first, else what run.yaml recorded from the model's geometry."""
-    log = run.dir / "server.log"
-    from_log = offload_block_bytes_from_log(log) if log.exists() else None
-    return geometry.offload_block_bytes(from_log, run.meta["server"].get("offload_block_bytes") or {}, log)
+    kvtier worker line first, else what run.yaml recorded from the model's geometry (records.geometry
+    checks the two against each other)."""
+    recorded = plain(run.meta)["server"].get("offload_block_bytes") or {}
+    from_log = run.logged_block_bytes()
+    if not from_log and recorded.get("model"):
+        run.meta["server"]["offload_block_bytes"]["model"]  # the value is run.yaml's: read it there (touches)
+    return geometry.offload_block_bytes(from_log, recorded, run.server_log or run.dir / "server.log")
 
 
-def _logprob_check(run: Run, rec: dict[str, Any], cycle: int, computed: float,
-                   read: Callable[[Path], Snapshot] = Snapshot.read) -> dict[str, Any]:
-    """The restored request's logprobs against its cycle's hit, recomputed from the raw records."""
-    hit = [r for r in run.final("hit", 0, cycle) if r["status"] == "ok"]
-    if not hit or rec.get("logprobs") is None or hit[-1].get("logprobs") is None:
-        return {}
-    h = hit[-1]
-    hit_delta = request_delta(read(run.dir / h["metrics_before"]), read(run.dir / h["metrics_after"]))
-    tol = float(run.meta["plan"].get("logprob_tolerance", 0.05))
-    return lp_mod.verdict(lp_mod.compare(rec["logprobs"], h["logprobs"]), hit_delta["computed_tokens"] == computed, tol)
-
-
-def check_run_geometry(run: Run, snaps: list[Snapshot]) -> None:
+def check_run_geometry(run: EvictionRun, snaps: list[Snapshot]) -> None:
     """run.yaml's pool and blocks against the server log's (startup args, the offload worker's
-    line) and the snapshots' cache_config_info, as the run contract checks a capture's."""
-    log = run.dir / "server.log"
-    if log.is_file():
-        geometry.check_geometry(run.dir / "run.yaml", dict(run.meta.get("server") or {}), read_log_facts(log), snaps)
+    line) and the snapshots' cache_config_info, as the run contract checks a capture's. A check:
+    it reads without touching (records.touch.quiet)."""
+    if run.server_log is not None:
+        with quiet():
+            geometry.check_geometry(run.run_yaml, dict(plain(run.meta).get("server") or {}), read_log_facts(run.server_log),
+                                    snaps)
 
 
-def measured_rows(run: Run) -> list[dict[str, Any]]:
+def _tolerance(meta: Mapping[str, Any]) -> float:
+    return float(meta["plan"].get("gpu_hit_tolerance", 0.1))
+
+
+def _logprob_cells(row: Row, run: EvictionRun, rec: Mapping[str, Any], cycle: int) -> None:
+    """The restored request's logprobs against its cycle's hit, recomputed from the raw records:
+    the comparison reads the two answers, whether both computed the same tokens their snapshots."""
+    hit = [r for r in run.final("hit", 0, cycle) if plain(r)["status"] == "ok"]
+    if not hit or plain(rec).get("logprobs") is None or plain(hit[-1]).get("logprobs") is None:
+        row.update(logprob_max_diff=None, logprob_passed=None, logprob_same_compute=None, logprob_positions=None)
+        return
+    h = hit[-1]
+    row.put("_cmp", lambda: lp_mod.compare(plain(rec["logprobs"]), plain(h["logprobs"])))
+    row.put("_same", lambda: ck.request_delta(run.snapshot(plain(h)["metrics_before"]),
+                                              run.snapshot(plain(h)["metrics_after"]))["computed_tokens"]
+            == row["computed_tokens"], after=("computed_tokens",))
+    row.put("_verdict", lambda m: lp_mod.verdict(row["_cmp"], row["_same"], float(m["plan"].get("logprob_tolerance", 0.05))),
+            run.meta, after=("_cmp", "_same"))
+    verdict = row["_verdict"]  # its values, each given the files of what it is computed from
+    row.put("logprob_max_diff", lambda: verdict.get("max_abs_diff"), after=("_cmp",))
+    row.put("logprob_passed", lambda: verdict.get("passed"), after=("_verdict",))
+    row.put("logprob_same_compute", lambda: verdict.get("same_compute"), after=("_same",))
+    row.put("logprob_positions", lambda: verdict.get("positions"), after=("_cmp",))
+    row.pop("_same")
+    row.pop("_cmp"), row.pop("_verdict")
+
+
+def _request_row(run: EvictionRun, rec: Mapping[str, Any], cycle: int, phase: str, round_: int,
+                 per_block: Any) -> Row:
+    """One measured request: each cell computed from the records it rests on (records.traced)."""
+    raw = plain(rec)
+    before, after = run.snapshot(raw["metrics_before"]), run.snapshot(raw["metrics_after"])
+    conv = run.conversation(cycle)
+    row = Row()
+    row.update(setup=run.setup, run=run.name, provenance=plain(run.meta)["provenance"], tier=plain(run.meta)["server"]["tier"],
+               cycle=cycle, phase=phase, round=round_, seq=raw["seq"], attempt=raw["attempt"])
+    t = row.put("_ttft", ttft, rec)
+    row["ttft_s"], row["ttft_source"] = t[0], t[1]
+    row.src["ttft_s"] = row.src["ttft_source"] = row.src.pop("_ttft")
+    row.pop("_ttft")
+    row.put("first_byte_s", lambda: rec.get("first_byte_s"))
+    row.put("total_s", lambda: rec.get("total_s"))
+    prompt = row.put("prompt_tokens", lambda: int(conv["prompt_tokens"]))
+    d = row.put("_delta", ck.request_delta, before, after)
+    for k in ("gpu_hit_tokens", "pool_tokens", "computed_tokens", "load_bytes", "load_time_s"):
+        row.put(k, lambda: d[k], after=("_delta",))
+    row.pop("_delta")
+    block = row.put("block_tokens", lambda: geometry.offload_block_tokens(after, run.meta["server"].get("offload_block_tokens")))
+    per = row.put("bytes_per_block", geometry.offload_block_bytes_of, after, per_block)
+    row.put("blocks_moved", ck.blocks_moved, d["load_bytes"], per)
+    row.put("blocks_served", ck.blocks_served, d["pool_tokens"], block)
+    def exact(key: str) -> Any:  # each quotient from its own two cells
+        return ck.exact_blocks({"load_bytes": d["load_bytes"], "pool_tokens": d["pool_tokens"], "bytes_per_block": per,
+                                "block_tokens": block})[key]
+    row.put("blocks_moved_exact", exact, "blocks_moved_exact", after=("load_bytes", "bytes_per_block"))
+    row.put("blocks_served_exact", exact, "blocks_served_exact", after=("pool_tokens", "block_tokens"))
+    # reorder below: the table's columns keep the order they had
+    row.put("evicted", lambda: ck.evicted(d["gpu_hit_tokens"], prompt, _tolerance(run.meta)),
+            after=("gpu_hit_tokens", "prompt_tokens"))
+    row.put("recomputed", lambda: ck.recomputed(d["computed_tokens"], prompt, _tolerance(run.meta)),
+            after=("computed_tokens", "prompt_tokens"))
+    codes = conv["codes"]
+    row.put("codes_expected", lambda: len(codes))
+    row.put("codes_found", lambda: len(find_codes(rec.get("answer") or "", list(codes))))
+    row.put("kv_cache_tokens", before.kv_cache_tokens)
+    row.put("pool_bytes", after.offload_pool_bytes)
+    if phase == "restore":
+        _logprob_cells(row, run, rec, cycle)
+    else:
+        row.update(logprob_max_diff=None, logprob_passed=None, logprob_same_compute=None, logprob_positions=None)
+    row.update(run_dir=run.dir.as_posix(), metrics_before=raw["metrics_before"], metrics_after=raw["metrics_after"])
+    out = Row()
+    for k in ROW_COLUMNS:
+        out[k] = row[k]
+        if k in row.src:
+            out.src[k] = row.src[k]
+    return out
+
+
+ROW_COLUMNS = ["setup", "run", "provenance", "tier", "cycle", "phase", "round", "seq", "attempt", "ttft_s", "ttft_source",
+               "first_byte_s", "total_s", "prompt_tokens", "gpu_hit_tokens", "pool_tokens", "computed_tokens", "load_bytes",
+               "load_time_s", "blocks_moved", "blocks_served", "blocks_moved_exact", "blocks_served_exact", "block_tokens",
+               "bytes_per_block", "evicted", "recomputed", "codes_expected", "codes_found", "kv_cache_tokens", "pool_bytes",
+               "logprob_max_diff", "logprob_passed", "logprob_same_compute", "logprob_positions", "run_dir", "metrics_before",
+               "metrics_after"]
+
+
+def measured_rows(run: EvictionRun) -> list[Row]:
     """One row per measured request of the run's final attempts (every cycle), with its metric deltas."""
-    rows: list[dict[str, Any]] = []
-    if run.meta.get("plan") is None:  # died before its first request (at server start)
+    rows: list[Row] = []
+    meta = plain(run.meta)
+    if meta.get("plan") is None:  # died before its first request (at server start)
         return rows
-    block = run.meta["server"].get("offload_block_tokens")
-    per_block = offload_block_bytes(run)
-    tol = float(run.meta["plan"].get("gpu_hit_tolerance", 0.1))
-    rounds = int(run.meta["plan"]["rounds"])
-    parsed: dict[Path, Snapshot] = {}
-
-    def read(path: Path) -> Snapshot:  # each snapshot parsed once (a cycle's hit is read again by its restores)
-        if path not in parsed:
-            parsed[path] = Snapshot.read(path)
-        return parsed[path]
-
+    per_block = Row().put("b", offload_block_bytes, run)
+    rounds = int(meta["plan"]["rounds"])
     for cycle in range(1, run.cycles + 1):
-        conv = run.conversation(cycle)
-        codes, prompt = conv["codes"], int(conv["prompt_tokens"])
         for phase in MEASURED_PHASES:
             for round_ in ([0] if phase != "restore" else range(1, rounds + 1)):
                 for rec in run.final(phase, round_, cycle):
-                    if rec["status"] != "ok":
-                        continue
-                    before = read(run.dir / rec["metrics_before"])
-                    after = read(run.dir / rec["metrics_after"])
-                    c = restore_checks(before, after, prompt, block, tol, per_block)
-                    c.update(exact_blocks(c))
-                    t, src = ttft(rec)
-                    lp = _logprob_check(run, rec, cycle, c["computed_tokens"], read) if phase == "restore" else {}
-                    rows.append({
-                        "setup": run.setup, "run": run.name, "provenance": run.meta["provenance"], "tier": run.meta["server"]["tier"],
-                        "cycle": cycle, "phase": phase, "round": round_,
-                        "seq": rec["seq"], "attempt": rec["attempt"], "ttft_s": t, "ttft_source": src,
-                        "first_byte_s": rec.get("first_byte_s"), "total_s": rec.get("total_s"), "prompt_tokens": prompt,
-                        "gpu_hit_tokens": c["gpu_hit_tokens"], "pool_tokens": c["pool_tokens"], "computed_tokens": c["computed_tokens"],
-                        "load_bytes": c["load_bytes"], "load_time_s": c["load_time_s"], "blocks_moved": c["blocks_moved"],
-                        "blocks_served": c["blocks_served"], "blocks_moved_exact": c["blocks_moved_exact"],
-                        "blocks_served_exact": c["blocks_served_exact"], "block_tokens": c["block_tokens"],
-                        "bytes_per_block": c["bytes_per_block"], "evicted": c["evicted"], "recomputed": c["recomputed"],
-                        "codes_expected": len(codes), "codes_found": len(find_codes(rec.get("answer") or "", codes)),
-                        "kv_cache_tokens": before.kv_cache_tokens(), "pool_bytes": after.offload_pool_bytes(),
-                        "logprob_max_diff": lp.get("max_abs_diff"), "logprob_passed": lp.get("passed"),
-                        "logprob_same_compute": lp.get("same_compute"), "logprob_positions": lp.get("positions"),
-                        "run_dir": run.dir.as_posix(), "metrics_before": rec["metrics_before"], "metrics_after": rec["metrics_after"],
-                    })
-    check_run_geometry(run, [parsed[p] for p in list(parsed)[:1] + list(parsed)[-1:]])
+                    if plain(rec)["status"] == "ok":
+                        rows.append(_request_row(run, rec, cycle, phase, round_, per_block))
+    snaps = list(run._snapshots.values())
+    check_run_geometry(run, snaps[:1] + snaps[-1:])
     return rows
 
 
-def run_summary(run: Run, rows: pd.DataFrame) -> dict[str, Any]:
-    """The verdict on one run, recomputed from its rows."""
-    cold = rows[rows.phase == "cold"]
-    restores = rows[rows.phase == "restore"].sort_values(["cycle", "round"])
-    plan = run.meta.get("plan") or {}
-    complete = (run.meta["status"] == "complete" and not cold.empty
-                and len(restores) == int(plan.get("rounds", 0)) * run.cycles)
-    excluded = bool(complete and (cold.codes_found < cold.codes_expected).any())
-    evicted = bool(complete and restores.evicted.all())
+def _first(rows: TracedFrame, column: str) -> TracedFrame:
+    """The first row whose `column` is set (chosen without reading its value: a selection)."""
+    with quiet():
+        has = rows[column].notna()
+    return rows[has.to_numpy()].head(1)
+
+
+def run_summary(run: EvictionRun, rows: TracedFrame) -> Row:
+    """The verdict on one run, recomputed from its rows; each cell with the files it read."""
+    cold = rows[(rows.phase == "cold").to_numpy()]
+    restores = rows[(rows.phase == "restore").to_numpy()].sort_values(["cycle", "round"])
+    meta, m = plain(run.meta), run.meta
+    r = Row()
+    r.update(setup=run.setup, run=run.name, provenance=meta["provenance"], status=meta["status"], tier=meta["server"]["tier"],
+             platform=meta["server"].get("platform", "cuda"))
+    r.put("cycles", lambda: run.cycles)
+    complete = r.put("complete", lambda: bool(m["status"] == "complete" and not cold.empty
+                                             and len(restores) == int((m.get("plan") or {}).get("rounds", 0)) * run.cycles))
+    excluded = r.put("excluded", lambda: bool(complete and (cold.codes_found < cold.codes_expected).any()), after=("complete",))
+    evicted = r.put("evicted", lambda: bool(complete and restores.evicted.all()), after=("complete",))
     # a cold read that found the conversation cached (a resumed run on the same server) is no cold read
-    tol = float(plan.get("gpu_hit_tolerance", 0.1))
-    cold_ok = bool(complete and ((cold.gpu_hit_tokens + cold.pool_tokens) <= tol * cold.prompt_tokens).all())
-    gpu = run.meta["host"].get("gpu") or {}
-    server = run.meta["server"]
-    pool = rows.pool_bytes.dropna()
-    load = run.meta.get("host_load") or {}
-    interval = load_interval_s(run.dir / load["file"]) if load.get("file") and (run.dir / load["file"]).exists() else None
-    return {
-        "setup": run.setup, "run": run.name, "provenance": run.meta["provenance"], "status": run.meta["status"],
-        "tier": server["tier"], "platform": server.get("platform", "cuda"), "cycles": run.cycles, "complete": complete, "excluded": excluded, "evicted": evicted, "cold_verified": cold_ok,
-        "valid": complete and not excluded and evicted and cold_ok,
-        "model": run.meta["model"]["served_name"], "model_params": run.meta["model"].get("params"),
-        "gpu": gpu.get("name", "none (CPU)"), "gpu_memory_bytes": gpu.get("memory_total_mib", 0) * MiB if gpu else None,
-        "ram_pool_bytes": int(pool.iloc[0]) if len(pool) else (server.get("offload_gib", 0) * GiB or None),
-        "kv_cache_tokens": rows.kv_cache_tokens.dropna().iloc[0] if rows.kv_cache_tokens.notna().any() else None,
-        "prompt_tokens": int(run.conversation(1)["prompt_tokens"]) if run.meta.get("conversation") else None,
-        "target_tokens": plan.get("target_tokens"), "evictors": plan.get("evictors"),
-        "codes": len(run.meta["conversation"]["codes"]) if run.meta.get("conversation") else None,
-        "health_wait_s": server.get("health_wait_s"),
-        "started": str(run.meta["started"]), "record_set": record_set(run.meta, run.name),
-        "cpus": run.meta["host"].get("cpus"), "load1_median": load.get("load1_median"), "load1_max": load.get("load1_max"),
-        "steal_share": load.get("steal_share"), "load_interval_s": interval,
-        "run_dir": run.dir.as_posix(),
-    }
+    cold_ok = r.put("cold_verified", lambda: bool(complete and ((cold.gpu_hit_tokens + cold.pool_tokens)
+                                                                <= float((m.get("plan") or {}).get("gpu_hit_tolerance", 0.1))
+                                                                * cold.prompt_tokens).all()), after=("complete",))
+    r.put("valid", lambda: bool(complete and not excluded and evicted and cold_ok),
+          after=("complete", "excluded", "evicted", "cold_verified"))
+    r.put("model", lambda: m["model"]["served_name"])
+    r.put("model_params", lambda: m["model"].get("params"))
+    gpu = meta["host"].get("gpu") or {}
+    r.put("gpu", lambda: (m["host"].get("gpu") or {}).get("name", "none (CPU)"))
+    r.put("gpu_memory_bytes", lambda: m["host"]["gpu"].get("memory_total_mib", 0) * MiB if gpu else None)
+    pool = _first(rows, "pool_bytes")
+    r.put("ram_pool_bytes", lambda: int(pool.pool_bytes.iloc[0]) if len(pool) else (m["server"].get("offload_gib", 0) * GiB or None))
+    kv = _first(rows, "kv_cache_tokens")
+    r.put("kv_cache_tokens", lambda: kv.kv_cache_tokens.iloc[0] if len(kv) else None)
+    r.put("prompt_tokens", lambda: int(run.conversation(1)["prompt_tokens"]) if "conversation" in m and meta["conversation"] else None)
+    r.put("target_tokens", lambda: (m.get("plan") or {}).get("target_tokens"))
+    r.put("evictors", lambda: (m.get("plan") or {}).get("evictors"))
+    r.put("codes", lambda: len(m["conversation"]["codes"]) if meta.get("conversation") else None)
+    r.put("health_wait_s", lambda: m["server"].get("health_wait_s"))
+    r.put("started", lambda: str(m["started"]))
+    r.put("record_set", lambda: record_set(m, run.name))
+    r.put("cpus", lambda: m["host"].get("cpus"))
+    load = m.get("host_load") or {}
+    for k in ("load1_median", "load1_max", "steal_share"):
+        r.put(k, lambda: load.get(k))
+    r.put("load_interval_s", lambda: load_interval_s(run.load_series()) if run.host_load is not None else None)
+    r["run_dir"] = run.dir.as_posix()
+    return r
 
 
-def load(run_dirs: list[Path], run_schema: Path, request_schema: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """All runs -> (measured requests, one row per run)."""
+def load(run_dirs: list[Path], run_schema: Path, request_schema: Path) -> tuple[TracedFrame, TracedFrame]:
+    """All runs -> (measured requests, one row per run), tables whose cells carry their files."""
     reqs, runs = [], []
     for d in run_dirs:
         run = read_run(d, run_schema, request_schema)
-        rows = pd.DataFrame(measured_rows(run))
+        rows = TracedFrame.from_rows(measured_rows(run))
         if rows.empty:
-            rows = pd.DataFrame(columns=["phase", "round", "cycle", "codes_found", "codes_expected", "evicted", "pool_bytes",
-                                         "kv_cache_tokens", "gpu_hit_tokens", "pool_tokens", "prompt_tokens"])
+            rows = TracedFrame(columns=EMPTY_ROWS)
         runs.append(run_summary(run, rows))
         reqs.append(rows)
-    return pd.concat(reqs, ignore_index=True), pd.DataFrame(runs)
+    return TracedFrame(pd.concat(reqs, ignore_index=True)), TracedFrame.from_rows(runs)
 
 
 def table_runs(runs: pd.DataFrame, setups: list[str]) -> pd.DataFrame:
@@ -177,109 +245,118 @@ def table_runs(runs: pd.DataFrame, setups: list[str]) -> pd.DataFrame:
     return valid.groupby("setup").tail(1).set_index("setup").loc[setups]
 
 
-def _phase(reqs: pd.DataFrame, run: str, phase: str, round_: int = 0, cycle: int = 1) -> pd.Series:
-    sel = reqs[(reqs.run == run) & (reqs.phase == phase) & (reqs["round"] == round_) & (reqs.cycle == cycle)]
-    return sel.iloc[-1]
+def _phase(reqs: pd.DataFrame, run: str, phase: str, round_: int = 0, cycle: int = 1) -> pd.DataFrame:
+    """The request of a run's phase, as a one-row table (its cells' files read with it)."""
+    sel = reqs[((reqs.run == run) & (reqs.phase == phase) & (reqs["round"] == round_) & (reqs.cycle == cycle)).to_numpy()]
+    return sel.tail(1)
 
 
-def table1(reqs: pd.DataFrame, runs: pd.DataFrame, setups: list[str]) -> pd.DataFrame:
+def table1(reqs: pd.DataFrame, runs: pd.DataFrame, setups: list[str]) -> TracedFrame:
     """Table 1: per setup, TTFT cold / hit / restore (first round), ratios, bytes and codes."""
-    chosen = table_runs(runs, setups)
+    with quiet():  # which run stands for a setup is a selection: its verdicts are not its values
+        chosen = table_runs(runs, setups)
     out = []
-    for setup, r in chosen.iterrows():
-        cold, hit, rest = (_phase(reqs, r.run, p, k) for p, k in (("cold", 0), ("hit", 0), ("restore", 1)))
-        restores = reqs[(reqs.run == r.run) & (reqs.phase == "restore")]
-        out.append({
-            "setup": setup, "run": r.run, "provenance": r.provenance, "gpu": r.gpu, "gpu_memory_bytes": r.gpu_memory_bytes,
-            "model_params": r.model_params, "kv_cache_tokens": r.kv_cache_tokens, "ram_pool_bytes": r.ram_pool_bytes,
-            "prompt_tokens": r.prompt_tokens, "target_tokens": r.target_tokens, "evictors": r.evictors,
-            "ttft_cold_s": cold.ttft_s, "ttft_hit_s": hit.ttft_s, "ttft_restore_s": rest.ttft_s,
-            "ratio_cold_restore": cold.ttft_s / rest.ttft_s, "restore_minus_hit_s": rest.ttft_s - hit.ttft_s,
-            "restore_bytes": rest.load_bytes, "blocks_moved": rest.blocks_moved, "blocks_served": rest.blocks_served,
-            "restored_requests": len(restores), "restored_with_codes": int((restores.codes_found == restores.codes_expected).sum()),
-            "codes": r.codes,
-        })
-    return pd.DataFrame(out)
+    for setup in setups:
+        r = chosen.loc[[setup]]
+        name = plain(r.run.iloc[0])
+        cold, hit, rest = (_phase(reqs, name, p, k) for p, k in (("cold", 0), ("hit", 0), ("restore", 1)))
+        restores = reqs[((reqs.run == name) & (reqs.phase == "restore")).to_numpy()]
+        row = Row()
+        row.update(setup=setup, run=name, provenance=r.provenance.iloc[0])
+        for col in ("gpu", "gpu_memory_bytes", "model_params", "kv_cache_tokens", "ram_pool_bytes", "prompt_tokens",
+                    "target_tokens", "evictors"):
+            row.put(col, lambda: r[col].iloc[0])
+        row.put("ttft_cold_s", lambda: cold.ttft_s.iloc[0])
+        row.put("ttft_hit_s", lambda: hit.ttft_s.iloc[0])
+        row.put("ttft_restore_s", lambda: rest.ttft_s.iloc[0])
+        row.put("ratio_cold_restore", lambda: cold.ttft_s.iloc[0] / rest.ttft_s.iloc[0])
+        row.put("restore_minus_hit_s", lambda: rest.ttft_s.iloc[0] - hit.ttft_s.iloc[0])
+        row.put("restore_bytes", lambda: rest.load_bytes.iloc[0])
+        row.put("blocks_moved", lambda: rest.blocks_moved.iloc[0])
+        row.put("blocks_served", lambda: rest.blocks_served.iloc[0])
+        row.put("restored_requests", lambda: len(restores.ttft_s))
+        row.put("restored_with_codes", lambda: int((restores.codes_found == restores.codes_expected).sum()))
+        row.put("codes", lambda: r.codes.iloc[0])
+        out.append(row)
+    return TracedFrame.from_rows(out)
 
 
-def run_files(reqs: pd.DataFrame, runs: pd.DataFrame, names: Any, meta_only: bool = False) -> list[str]:
-    """The raw files of these runs that the analysis reads: run.yaml, requests.jsonl and the
-    snapshots around each measured request (run.yaml alone for facts the run declares)."""
-    out: set[str] = set()
-    names = set(names)
-    for d in runs.loc[runs.run.isin(names), "run_dir"]:
-        out.add(f"{d}/run.yaml")
-        if not meta_only:
-            out.add(f"{d}/requests.jsonl")
-    if not meta_only:
-        for r in reqs[reqs.run.isin(names)].itertuples(index=False):
-            out.update((f"{r.run_dir}/{r.metrics_before}", f"{r.run_dir}/{r.metrics_after}"))
-    return sorted(out)
+def _count(frame: pd.DataFrame, column: str) -> Callable[[], int]:
+    """How many rows: counted over a column of theirs, so the count names the files it counts."""
+    return lambda: len(frame[column])
 
 
 def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setups: list[str], cpu_setup: str | None,
                      max_load_per_cpu: float = 3.0) -> pd.DataFrame:
-    """Register Table 1's numbers and the aggregates; each lists the raw files of the runs it
-    rests on (writer.reading), so setup A's numbers do not cite setup C or the CPU runs."""
+    """Register Table 1's numbers and the aggregates. Each is computed through writer.compute, so
+    it names the files of the cells it read (setup A's numbers do not cite setup C or the CPU
+    runs); which runs count is a selection made before, from the runs' verdicts."""
+    T = writer.compute
     t = table1(reqs, runs, setups)
-    for row in t.itertuples(index=False):
-        p = f"evict.{row.setup}."
-        writer.reading(*run_files(reqs, runs, [row.run]))
-        writer.add(p + "ttft.cold", row.ttft_cold_s, "s")
-        writer.add(p + "ttft.hit", row.ttft_hit_s, "s")
-        writer.add(p + "ttft.restore", row.ttft_restore_s, "s")
-        writer.add(p + "ratio_cold_restore", row.ratio_cold_restore, "x")
-        writer.add(p + "restore_minus_hit", row.restore_minus_hit_s, "s")
-        writer.add(p + "prompt_tokens", row.prompt_tokens, "tokens")
-        writer.add(p + "evictors", row.evictors, "count")
-        writer.add(p + "restored_requests", row.restored_requests, "requests")
-        writer.add(p + "restored_with_codes", row.restored_with_codes, "requests")
-        if not pd.isna(row.restore_bytes):
-            writer.add(p + "restore_bytes", row.restore_bytes, "B")
-        if not pd.isna(row.blocks_moved):
-            writer.add(p + "blocks_moved", int(row.blocks_moved), "blocks")
-        if not pd.isna(row.blocks_served):
-            writer.add(p + "blocks_served", int(row.blocks_served), "blocks")
-        if row.kv_cache_tokens:
-            writer.add(p + "gpu_pool_tokens", int(row.kv_cache_tokens), "tokens")
-        if row.ram_pool_bytes:
-            writer.add(p + "ram_pool", row.ram_pool_bytes, "B")
-        writer.reading(*run_files(reqs, runs, [row.run], meta_only=True))  # what run.yaml declares
-        if row.gpu_memory_bytes:
-            writer.add(p + "gpu_memory", row.gpu_memory_bytes, "B")
-        if pd.notna(row.model_params):
-            writer.add(p + "model_params", int(row.model_params), "count")
-    scope = runs[runs.setup.isin(setups)]
-    writer.reading(*run_files(reqs, runs, t.run))
-    codes = set(t.codes)
+    for i in range(len(t)):
+        row = t.iloc[[i]]
+        one = row.iloc[0]  # for the conditions only: a value registered is read through T
+        p = f"evict.{one.setup}."
+
+        def v(col: str) -> Any:
+            return T(lambda: row[col].iloc[0])
+        writer.add(p + "ttft.cold", v("ttft_cold_s"), "s")
+        writer.add(p + "ttft.hit", v("ttft_hit_s"), "s")
+        writer.add(p + "ttft.restore", v("ttft_restore_s"), "s")
+        writer.add(p + "ratio_cold_restore", v("ratio_cold_restore"), "x")
+        writer.add(p + "restore_minus_hit", v("restore_minus_hit_s"), "s")
+        writer.add(p + "prompt_tokens", v("prompt_tokens"), "tokens")
+        writer.add(p + "evictors", v("evictors"), "count")
+        writer.add(p + "restored_requests", v("restored_requests"), "requests")
+        writer.add(p + "restored_with_codes", v("restored_with_codes"), "requests")
+        if not pd.isna(one.restore_bytes):
+            writer.add(p + "restore_bytes", v("restore_bytes"), "B")
+        if not pd.isna(one.blocks_moved):
+            writer.add(p + "blocks_moved", T(lambda: int(row.blocks_moved.iloc[0])), "blocks")
+        if not pd.isna(one.blocks_served):
+            writer.add(p + "blocks_served", T(lambda: int(row.blocks_served.iloc[0])), "blocks")
+        if one.kv_cache_tokens:
+            writer.add(p + "gpu_pool_tokens", T(lambda: int(row.kv_cache_tokens.iloc[0])), "tokens")
+        if one.ram_pool_bytes:
+            writer.add(p + "ram_pool", v("ram_pool_bytes"), "B")
+        if one.gpu_memory_bytes:
+            writer.add(p + "gpu_memory", v("gpu_memory_bytes"), "B")
+        if pd.notna(one.model_params):
+            writer.add(p + "model_params", T(lambda: int(row.model_params.iloc[0])), "count")
+    scope = runs[runs.setup.isin(setups).to_numpy()]
+    codes = T(lambda: sorted(set(t.codes)))
     if len(codes) != 1:
         raise ValueError(f"runs of Table 1 hide different numbers of codes: {sorted(codes)}")
-    per_setup = scope[scope.valid].groupby("setup").size()
-    writer.add("evict.codes_per_conversation", codes.pop(), "count")
-    block = set(reqs[reqs.run.isin(t.run) & (reqs.phase == "restore")].block_tokens.dropna().astype(int))
+    with quiet():
+        per_setup = scope[scope.valid.to_numpy()].groupby("setup").size()
+    writer.add("evict.codes_per_conversation", codes[0], "count")
+    restores = reqs[(reqs.run.isin(t.run) & (reqs.phase == "restore")).to_numpy()]
+    block = T(lambda: sorted(set(restores.block_tokens.dropna().astype(int))))
     if len(block) == 1:
-        writer.add("evict.block_tokens", block.pop(), "tokens", note="offloaded block size of the Table 1 runs")
-    writer.add("evict.restored_requests", int(t.restored_requests.sum()), "requests")
-    writer.add("evict.restored_with_codes", int(t.restored_with_codes.sum()), "requests")
-    writer.reading(*run_files(reqs, runs, scope.run))  # counted over every run of the setups
-    writer.add("evict.excluded_runs", int(scope.excluded.sum()), "count", note="complete runs whose cold read missed a code")
-    writer.add("evict.runs_per_setup", int(per_setup.max()), "count",
+        writer.add("evict.block_tokens", block[0], "tokens", note="offloaded block size of the Table 1 runs")
+    writer.add("evict.restored_requests", T(lambda: int(t.restored_requests.sum())), "requests")
+    writer.add("evict.restored_with_codes", T(lambda: int(t.restored_with_codes.sum())), "requests")
+    # counted over every run of the setups: these read every run's verdicts
+    writer.add("evict.excluded_runs", T(lambda: int(scope.excluded.sum())), "count",
+               note="complete runs whose cold read missed a code")
+    writer.add("evict.runs_per_setup", T(lambda: int(scope[scope.valid.to_numpy()].groupby("setup").size().max())), "count",
                note="valid runs per setup" + ("" if per_setup.nunique() == 1 else f" (differs: {per_setup.to_dict()})"))
-    writer.reading(*run_files(reqs, runs, t.run))
-    writer.add("evict.prompt_tokens", float(t.prompt_tokens.mean()), "tokens", note="mean conversation length over the setups")
-    targets = set(t.target_tokens)
+    writer.add("evict.prompt_tokens", T(lambda: float(t.prompt_tokens.mean())), "tokens",
+               note="mean conversation length over the setups")
+    targets = T(lambda: sorted(set(t.target_tokens)))
     if len(targets) == 1:
-        writer.add("evict.target_tokens", targets.pop(), "tokens", note="size the conversations were built to")
-    writer.add("evict.max_ratio", float(t.ratio_cold_restore.max()), "x")
-    writer.add("evict.hit_mean", float(t.ttft_hit_s.mean()), "s")
+        writer.add("evict.target_tokens", targets[0], "tokens", note="size the conversations were built to")
+    writer.add("evict.max_ratio", T(lambda: float(t.ratio_cold_restore.max())), "x")
+    writer.add("evict.hit_mean", T(lambda: float(t.ttft_hit_s.mean())), "s")
     if cpu_setup:
         _cpu_numbers(writer, reqs, runs, cpu_setup, max_load_per_cpu)
     return t
 
 
-def _spread(writer: Any, key: str, values: pd.Series, unit: str) -> None:
-    """Median, range, count and (six values on) the 95% interval of the median (eviction.cpuset.spread)."""
-    sp = spread(values)
+def _spread(writer: Any, key: str, values: Callable[[], pd.Series], unit: str) -> None:
+    """Median, range, count and (six values on) the 95% interval of the median (eviction.cpuset.spread)
+    of the values `values()` reads, each naming the files of those values."""
+    sp = writer.compute(lambda: spread(values()))
     if sp is None:
         return
     writer.add(key + ".median", sp["median"], unit)
@@ -295,92 +372,100 @@ def _cpu_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setup: str
     """The measured runs on vLLM's CPU build, as an instrument: the latest record set (by recorded
     start), per tier (native CPU tier, no-offload control) its launches, those flagged for load, and
     the cycles of the others pooled: median, range and 95% interval. Keys: evict.<setup>.<tier>.*"""
-    done = runs[(runs.setup == setup) & runs.complete & runs.cold_verified]
+    T = writer.compute
+    with quiet():  # which launches count: a selection by their verdicts and record set
+        done = runs[((runs.setup == setup) & runs.complete & runs.cold_verified).to_numpy()]
     if done.empty:
         return
-    done = flag_load(done, max_load_per_cpu)
-    name, current, earlier = latest_set(done)
-    writer.reading(*run_files(reqs, runs, done.run, meta_only=True))
-    writer.add(f"evict.{setup}.earlier_sets", int(earlier.record_set.nunique()), "count",
+    done = flag_load(done, max_load_per_cpu)  # its cells name what they read (outside quiet: it records them)
+    with quiet():
+        name, current, earlier = latest_set(done)
+    # a set's name is run.yaml's record_set, or (older runs) the folder's: counted over their run.yaml
+    writer.add(f"evict.{setup}.earlier_sets", T(lambda: int(earlier.started.count() and earlier.record_set.nunique())), "count",
                note="earlier record sets of this setup, pinned but not in the medians")
-    writer.add(f"evict.{setup}.earlier_launches", len(earlier), "count")
-    writer.reading(*run_files(reqs, runs, current.run, meta_only=True))
-    writer.add(f"evict.{setup}.launches", len(current), "count", note=f"launches of record set {name}, every tier")
-    writer.add(f"evict.{setup}.launches_flagged", int(current.load_flagged.sum()), "count",
+    writer.add(f"evict.{setup}.earlier_launches", T(_count(earlier, "started")), "count")
+    writer.add(f"evict.{setup}.launches", T(_count(current, "started")), "count", note=f"launches of record set {name}, every tier")
+    writer.add(f"evict.{setup}.launches_flagged", T(lambda: int(current.load_flagged.sum())), "count",
                note="launches whose median 1-minute load exceeded the threshold: out of the medians")
-    writer.add(f"evict.{setup}.launches_unsampled", int((~current.load_sampled).sum()), "count")
-    writer.reading()
-    writer.add(f"evict.{setup}.max_load_per_cpu", float(max_load_per_cpu), "x", note="load threshold per CPU (config)")
-    writer.add(f"evict.{setup}.ci_level", CI_LEVEL, "fraction", note="confidence of the interval beside each median")
-    writer.add(f"evict.{setup}.ci_min_n", CI_MIN_N, "count", note="fewest values with such an interval")
-    if current.load_sampled.any():
-        writer.reading(*run_files(reqs, runs, current.run, meta_only=True))
-        sampled = current[current.load_sampled]
-        writer.add(f"evict.{setup}.load_threshold", float(sampled.load_threshold.iloc[0]), "x", note="1-minute load average")
-        _spread(writer, f"evict.{setup}.load1_median", sampled.load1_median, "x")
-        writer.reading(*sorted(f"{d}/host_load.tsv" for d in sampled.run_dir))
-        writer.add(f"evict.{setup}.load_interval", float(sampled.load_interval_s.median()), "s",
+    writer.add(f"evict.{setup}.launches_unsampled", T(lambda: int((~current.load_sampled).sum())), "count")
+    writer.add(f"evict.{setup}.max_load_per_cpu", float(max_load_per_cpu), "x", inputs=[], note="load threshold per CPU (config)")
+    writer.add(f"evict.{setup}.ci_level", CI_LEVEL, "fraction", inputs=[], note="confidence of the interval beside each median")
+    writer.add(f"evict.{setup}.ci_min_n", CI_MIN_N, "count", inputs=[], note="fewest values with such an interval")
+    with quiet():
+        sampled = current[current.load_sampled.to_numpy()]
+    if len(sampled):
+        writer.add(f"evict.{setup}.load_threshold", T(lambda: float(sampled.load_threshold.iloc[0])), "x",
+                   note="1-minute load average")
+        _spread(writer, f"evict.{setup}.load1_median", lambda: sampled.load1_median, "x")
+        writer.add(f"evict.{setup}.load_interval", T(lambda: float(sampled.load_interval_s.median())), "s",
                    note="median time between load samples")
-        writer.add(f"evict.{setup}.load1_max", float(sampled.load1_max.max()), "x")
-        if sampled.steal_share.notna().any():
-            writer.add(f"evict.{setup}.steal_share_max", float(sampled.steal_share.max()), "fraction")
+        writer.add(f"evict.{setup}.load1_max", T(lambda: float(sampled.load1_max.max())), "x")
+        with quiet():
+            has_steal = sampled.steal_share.notna().any()
+        if has_steal:
+            writer.add(f"evict.{setup}.steal_share_max", T(lambda: float(sampled.steal_share.max())), "fraction")
     for tier, group in current.groupby("tier"):
-        kept = group[~group.load_flagged]
+        with quiet():
+            kept = group[(~group.load_flagged).to_numpy()]
         p = f"evict.{setup}.{tier}."
-        writer.reading(*run_files(reqs, runs, group.run, meta_only=True))
-        writer.add(p + "launches", len(group), "count")
-        writer.add(p + "launches_flagged", int(group.load_flagged.sum()), "count")
+        writer.add(p + "launches", T(_count(group, "started")), "count")
+        writer.add(p + "launches_flagged", T(lambda: int(group.load_flagged.sum())), "count")
         # every launch above the threshold: the medians are over all of them, and say so (all_flagged)
-        writer.add(p + "all_flagged", int(kept.empty), "count", note="1: no launch below the load threshold")
+        writer.add(p + "all_flagged", T(lambda: int(group[(~group.load_flagged).to_numpy()].empty)), "count",
+                   note="1: no launch below the load threshold")
         if kept.empty:
             kept = group
-        r = kept.iloc[0]
-        rows = reqs[reqs.run.isin(kept.run)]
-        cold, hit, rest = (rows[rows.phase == ph].sort_values(["run", "cycle"]) for ph in ("cold", "hit", "restore"))
-        rest = rest[rest["round"] == 1]
-        writer.reading(*run_files(reqs, runs, kept.run))
-        writer.add(p + "launches_used", len(kept), "count")
-        writer.add(p + "cycles", int(kept.cycles.sum()), "count", note="cycles of the launches kept, pooled")
-        writer.add(p + "cycles_per_launch", int(kept.cycles.min()), "count")
+        first = kept.head(1)
+        r = first.iloc[0]  # for the conditions only
+        with quiet():
+            rows = reqs[reqs.run.isin(kept.run).to_numpy()]
+            cold, hit, rest = (rows[(rows.phase == ph).to_numpy()].sort_values(["run", "cycle"]) for ph in ("cold", "hit", "restore"))
+            rest = rest[(rest["round"] == 1).to_numpy()]
+        writer.add(p + "launches_used", T(_count(kept, "started")), "count")
+        writer.add(p + "cycles", T(lambda: int(kept.cycles.sum())), "count", note="cycles of the launches kept, pooled")
+        writer.add(p + "cycles_per_launch", T(lambda: int(kept.cycles.min())), "count")
         for name_, frame in (("cold", cold), ("hit", hit), ("restore", rest)):
-            _spread(writer, p + f"ttft.{name_}", frame.ttft_s, "s")
-        ratio = cold.set_index(["run", "cycle"]).ttft_s / rest.set_index(["run", "cycle"]).ttft_s
-        _spread(writer, p + "ratio_cold_restore", ratio, "x")
+            _spread(writer, p + f"ttft.{name_}", lambda: frame.ttft_s, "s")
+        _spread(writer, p + "ratio_cold_restore",
+                lambda: cold.set_index(["run", "cycle"]).ttft_s / rest.set_index(["run", "cycle"]).ttft_s, "x")
         for col in ("gpu_hit_tokens", "pool_tokens", "computed_tokens"):
-            _spread(writer, p + f"restore.{col}", rest[col], "tokens")
-        _spread(writer, p + "cold.gpu_hit_tokens", cold.gpu_hit_tokens, "tokens")
-        _spread(writer, p + "hit.gpu_hit_tokens", hit.gpu_hit_tokens, "tokens")
-        _spread(writer, p + "prompt_tokens", cold.prompt_tokens, "tokens")
-        writer.add(p + "restores_from_pool", int((rest.pool_tokens > 0).sum()), "requests")
-        writer.add(p + "restores_evicted", int(rest.evicted.sum()), "requests")
-        writer.add(p + "restores_gpu_hit_tokens", float(rest.gpu_hit_tokens.sum()), "tokens")
-        writer.add(p + "kv_cache_tokens", int(r.kv_cache_tokens), "tokens")
-        writer.add(p + "evictors", int(r.evictors), "count")
-        writer.add(p + "evictor_tokens_over_cache", r.evictors * r.prompt_tokens / r.kv_cache_tokens, "x")
+            _spread(writer, p + f"restore.{col}", lambda: rest[col], "tokens")
+        _spread(writer, p + "cold.gpu_hit_tokens", lambda: cold.gpu_hit_tokens, "tokens")
+        _spread(writer, p + "hit.gpu_hit_tokens", lambda: hit.gpu_hit_tokens, "tokens")
+        _spread(writer, p + "prompt_tokens", lambda: cold.prompt_tokens, "tokens")
+        writer.add(p + "restores_from_pool", T(lambda: int((rest.pool_tokens > 0).sum())), "requests")
+        writer.add(p + "restores_evicted", T(lambda: int(rest.evicted.sum())), "requests")
+        writer.add(p + "restores_gpu_hit_tokens", T(lambda: float(rest.gpu_hit_tokens.sum())), "tokens")
+        writer.add(p + "kv_cache_tokens", T(lambda: int(first.kv_cache_tokens.iloc[0])), "tokens")
+        writer.add(p + "evictors", T(lambda: int(first.evictors.iloc[0])), "count")
+        writer.add(p + "evictor_tokens_over_cache",
+                   T(lambda: first.evictors.iloc[0] * first.prompt_tokens.iloc[0] / first.kv_cache_tokens.iloc[0]), "x")
         if pd.notna(r.model_params):
-            writer.add(p + "model_params", int(r.model_params), "count")
-        if kept.health_wait_s.notna().any():
-            _spread(writer, p + "health_wait", kept.health_wait_s, "s")
-        if rest.load_bytes.notna().any() and (rest.load_bytes > 0).any():
-            _spread(writer, p + "restore_bytes", rest.load_bytes, "B")
-            _spread(writer, p + "blocks_moved", rest.blocks_moved_exact, "blocks")
-            _spread(writer, p + "blocks_served", rest.blocks_served_exact, "blocks")
+            writer.add(p + "model_params", T(lambda: int(first.model_params.iloc[0])), "count")
+        with quiet():
+            waited = kept.health_wait_s.notna().any()
+            moved = rest.load_bytes.notna().any() and (rest.load_bytes > 0).any()
+            checked = rest[rest.logprob_passed.notna().to_numpy()]
+        if waited:
+            _spread(writer, p + "health_wait", lambda: kept.health_wait_s, "s")
+        if moved:
+            _spread(writer, p + "restore_bytes", lambda: rest.load_bytes, "B")
+            _spread(writer, p + "blocks_moved", lambda: rest.blocks_moved_exact, "blocks")
+            _spread(writer, p + "blocks_served", lambda: rest.blocks_served_exact, "blocks")
             # moved minus served, from whole numbers (bytes x tokens) so that equality is exact
-            extra = ((rest.load_bytes * rest.block_tokens - rest.pool_tokens * rest.bytes_per_block)
-                     / (rest.bytes_per_block * rest.block_tokens))
-            _spread(writer, p + "extra_blocks", extra, "blocks")
-            writer.add(p + "block_tokens", int(rest.block_tokens.dropna().iloc[0]), "tokens")
-            writer.add(p + "bytes_per_block", int(rest.bytes_per_block.dropna().iloc[0]), "B")
+            _spread(writer, p + "extra_blocks", lambda: ((rest.load_bytes * rest.block_tokens - rest.pool_tokens * rest.bytes_per_block)
+                                                        / (rest.bytes_per_block * rest.block_tokens)), "blocks")
+            writer.add(p + "block_tokens", T(lambda: int(rest.head(1).block_tokens.dropna().iloc[0])), "tokens")
+            writer.add(p + "bytes_per_block", T(lambda: int(rest.head(1).bytes_per_block.dropna().iloc[0])), "B")
             if r.ram_pool_bytes:
-                writer.add(p + "ram_pool", float(r.ram_pool_bytes), "B")
-        checked = rest[rest.logprob_passed.notna()]
+                writer.add(p + "ram_pool", T(lambda: float(first.ram_pool_bytes.iloc[0])), "B")
         if not checked.empty:
-            writer.add(p + "logprobs.checked", len(checked), "requests")
-            writer.add(p + "logprobs.passed", int(checked.logprob_passed.astype(bool).sum()), "requests")
-            writer.add(p + "logprobs.failed", int((~checked.logprob_passed.astype(bool)).sum()), "requests")
-            writer.add(p + "logprobs.same_compute", int(checked.logprob_same_compute.astype(bool).sum()), "requests")
-            writer.add(p + "logprobs.max_abs_diff", float(checked.logprob_max_diff.astype(float).max()), "nats")
-            writer.add(p + "logprobs.positions", int(checked.logprob_positions.min()), "count")
+            writer.add(p + "logprobs.checked", T(_count(checked, "logprob_passed")), "requests")
+            writer.add(p + "logprobs.passed", T(lambda: int(checked.logprob_passed.astype(bool).sum())), "requests")
+            writer.add(p + "logprobs.failed", T(lambda: int((~checked.logprob_passed.astype(bool)).sum())), "requests")
+            writer.add(p + "logprobs.same_compute", T(lambda: int(checked.logprob_same_compute.astype(bool).sum())), "requests")
+            writer.add(p + "logprobs.max_abs_diff", T(lambda: float(checked.logprob_max_diff.astype(float).max())), "nats")
+            writer.add(p + "logprobs.positions", T(lambda: int(checked.logprob_positions.min())), "count")
 
 
 def table1_markdown(t: pd.DataFrame) -> str:

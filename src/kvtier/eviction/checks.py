@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..records.geometry import offload_block_tokens
+from ..records.geometry import offload_block_bytes_of as offload_block_bytes, offload_block_tokens
 from ..records.prometheus import Snapshot
 
 
@@ -31,31 +31,48 @@ def restore_checks(before: Snapshot, after: Snapshot, prompt_tokens: int, block_
                    gpu_hit_tolerance: float = 0.1, bytes_per_block: int | None = None) -> dict[str, Any]:
     """Was the prefix evicted, where did its tokens come from, how many blocks moved.
 
-    Bytes per offloaded block come from kv_offload_config_info (vLLM >= 0.33), else from
-    `bytes_per_block` (vLLM 0.32: the server log or the model's geometry). Besides the whole
+    Bytes per offloaded block and its tokens come from kv_offload_config_info (vLLM >= 0.33),
+    else from `bytes_per_block` (vLLM 0.32: the server log or the model's geometry) and
+    `block_tokens` (run.yaml): records.geometry. Besides the whole
     blocks the note counts, the exact quotients say how much was moved and served when a load
     starts or ends inside a block (a partial GPU hit, the last partial block).
     """
     d = request_delta(before, after)
-    per_block = after.offload_bytes_per_block() or bytes_per_block
+    per_block = offload_block_bytes(after, bytes_per_block)
     block_tokens = offload_block_tokens(after, block_tokens)
-    moved = served = None
-    if d["load_bytes"] is not None and per_block:
-        moved = round(d["load_bytes"] / per_block)
-    if block_tokens:
-        served = int(d["pool_tokens"] // block_tokens)  # type: ignore[operator]
     seen = sum(v for k, v in d.items() if k.endswith("_tokens"))  # type: ignore[misc]
     return {
         **d,
         "tokens_seen": seen,
         "bytes_per_block": per_block,
         "block_tokens": block_tokens,
-        "blocks_moved": moved,
-        "blocks_served": served,
-        "evicted": bool(d["gpu_hit_tokens"] <= gpu_hit_tolerance * prompt_tokens),  # type: ignore[operator]
+        "blocks_moved": blocks_moved(d["load_bytes"], per_block),
+        "blocks_served": blocks_served(d["pool_tokens"], block_tokens),
+        "evicted": evicted(d["gpu_hit_tokens"], prompt_tokens, gpu_hit_tolerance),
         "restored_from_pool": bool((d["pool_tokens"] or 0) > 0),
-        "recomputed": bool(d["computed_tokens"] >= (1 - gpu_hit_tolerance) * prompt_tokens),  # type: ignore[operator]
+        "recomputed": recomputed(d["computed_tokens"], prompt_tokens, gpu_hit_tolerance),
     }
+
+
+# One function per verdict, so the analysis can compute each from the records it rests on alone.
+def blocks_moved(load_bytes: float | None, per_block: int | None) -> int | None:
+    """Whole offloaded blocks the load bytes make (the note's count)."""
+    return round(load_bytes / per_block) if load_bytes is not None and per_block else None
+
+
+def blocks_served(pool_tokens: float | None, block_tokens: int | None) -> int | None:
+    """Whole offloaded blocks' worth of tokens the pool served."""
+    return int(pool_tokens // block_tokens) if block_tokens else None  # type: ignore[operator]
+
+
+def evicted(gpu_hit_tokens: float, prompt_tokens: int, tolerance: float) -> bool:
+    """The prefix was out of the GPU's KV cache: (almost) nothing hit there."""
+    return bool(gpu_hit_tokens <= tolerance * prompt_tokens)
+
+
+def recomputed(computed_tokens: float, prompt_tokens: int, tolerance: float) -> bool:
+    """(Almost) every prompt token was computed again."""
+    return bool(computed_tokens >= (1 - tolerance) * prompt_tokens)
 
 
 def exact_blocks(checks: dict[str, Any]) -> dict[str, float | None]:

@@ -12,6 +12,7 @@ the median (order statistics of the binomial, as in Conover, Practical Nonparame
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ import pandas as pd
 from scipy.stats import binom
 
 from ..hostload import read_series
+from ..records.traced import TracedFrame
 
 TIERS = ("native", "lmcache", "none")
 CI_LEVEL = 0.95
@@ -58,14 +60,18 @@ def record_set(meta: dict[str, Any], name: str) -> str:
 
 def flag_load(runs: pd.DataFrame, max_load_per_cpu: float) -> pd.DataFrame:
     """Add `load_flagged` (median 1-minute load above the threshold) and `load_sampled`."""
-    runs = runs.copy()
+    runs = TracedFrame(runs)  # each derived cell names the run.yaml it read (records.traced)
     nan = pd.Series(np.nan, index=runs.index)
-    load = pd.to_numeric(runs["load1_median"], errors="coerce") if "load1_median" in runs else nan
-    cpus = pd.to_numeric(runs["cpus"], errors="coerce") if "cpus" in runs else nan
-    runs["load1_median"] = load
-    runs["load_sampled"] = load.notna()
-    runs["load_threshold"] = max_load_per_cpu * cpus
-    runs["load_flagged"] = runs.load_sampled & (load > runs["load_threshold"])
+
+    def load(f: pd.DataFrame) -> pd.Series:
+        return pd.to_numeric(f["load1_median"], errors="coerce") if "load1_median" in f else nan.loc[f.index]
+
+    def cpus(f: pd.DataFrame) -> pd.Series:
+        return pd.to_numeric(f["cpus"], errors="coerce") if "cpus" in f else nan.loc[f.index]
+    runs = runs.derive("load_sampled", lambda f: load(f).notna())
+    runs = runs.derive("load_threshold", lambda f: max_load_per_cpu * cpus(f))
+    runs = runs.derive("load_flagged", lambda f: f.load_sampled & (load(f) > f["load_threshold"]))
+    runs["load1_median"] = load(runs).to_numpy()
     return runs
 
 
@@ -76,9 +82,10 @@ def latest_set(runs: pd.DataFrame) -> tuple[str, pd.DataFrame, pd.DataFrame]:
     return name, runs[runs.record_set == name], runs[runs.record_set != name]
 
 
-def load_interval_s(path: Any) -> float | None:
-    """Median seconds between consecutive samples of a host_load.tsv."""
-    times = pd.Series(pd.to_datetime([r["time"] for r in read_series(path)]))
+def load_interval_s(series: Any) -> float | None:
+    """Median seconds between consecutive samples of a host_load.tsv (its path, or its rows read)."""
+    rows = read_series(series) if isinstance(series, (str, Path)) else series
+    times = pd.Series(pd.to_datetime([r["time"] for r in rows]))
     return float(times.diff().dt.total_seconds().median()) if len(times) > 1 else None
 
 

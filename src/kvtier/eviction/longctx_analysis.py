@@ -7,7 +7,8 @@ Everything is recomputed from the raw records with the eviction test's own row b
 not from run.yaml's verdicts. A launch enters the medians if it completed, its cold reads were
 cold and (native tier) every restore found the conversation outside the KV cache; a launch above
 the load threshold (`cpuset.flag_load`) is kept out and counted. The note's two GPU setups (Table 1,
-records classed in raw/MANIFEST.tsv) are drawn beside the curve as what they are.
+records classed in raw/MANIFEST.tsv) are drawn beside the curve as what they are. Provenance is
+read off the records (kvtier.records.traced): each number names the cells its computation read.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import numpy as np
 import pandas as pd
 
 from ..errors import RawRecordError
+from ..records.touch import quiet
+from ..records.traced import SRC, Row, TouchingMapping, TracedFrame, read
 from . import analysis
 from .cpuset import flag_load, spread
 
@@ -36,8 +39,10 @@ def load(run_dirs: list[Path], run_schema: Path, request_schema: Path) -> tuple[
     reqs, runs = analysis.load(run_dirs, run_schema, request_schema)
     if runs.empty:
         raise RawRecordError("raw/eviction/longctx", "no long-context runs among the pinned records")
-    runs["wall_s"] = [_wall_s(Path(d)) for d in runs.run_dir]
-    reqs = reqs.merge(runs[["run", "target_tokens"]], on="run", how="left")
+    cells = [read(_wall_s, Path(d)) for d in runs.run_dir]
+    runs["wall_s"] = [v for v, _ in cells]
+    runs[SRC + "wall_s"] = pd.Series([f for _, f in cells], index=runs.index, dtype=object)
+    reqs = TracedFrame(reqs.merge(runs[["run", "target_tokens"]], on="run", how="left"))
     return reqs, runs
 
 
@@ -45,7 +50,7 @@ def _wall_s(run_dir: Path) -> float | None:
     """Seconds of the whole launch (server start to stop, attempts of a resumed run not summed)."""
     from ..yamlio import load_yaml
 
-    meta = load_yaml((run_dir / "run.yaml").read_text(encoding="utf-8"))
+    meta = TouchingMapping(load_yaml((run_dir / "run.yaml").read_text(encoding="utf-8")), run_dir / "run.yaml")
     load = meta.get("host_load") or {}
     if load.get("start") and load.get("end"):  # the sampler runs from before the server's start to after its stop
         return (pd.Timestamp(load["end"]) - pd.Timestamp(load["start"])).total_seconds()
@@ -62,45 +67,53 @@ def usable(runs: pd.DataFrame, max_load_per_cpu: float) -> pd.DataFrame:
 
 def ratios(reqs: pd.DataFrame) -> pd.DataFrame:
     """Every restore with its cycle's cold read: cold / restored TTFT."""
-    cold = reqs[reqs.phase == "cold"][["run", "cycle", "ttft_s"]].rename(columns={"ttft_s": "cold_s"})
+    cold = reqs[reqs.phase == "cold"][["run", "cycle", "ttft_s"]].rename(columns={"ttft_s": "cold_s", SRC + "ttft_s": SRC + "cold_s"})
     rest = reqs[reqs.phase == "restore"].merge(cold, on=["run", "cycle"])
     return rest.assign(ratio=rest.cold_s / rest.ttft_s)
 
 
-def size_table(reqs: pd.DataFrame, runs: pd.DataFrame, max_load_per_cpu: float) -> pd.DataFrame:
-    """One row per (size, tier) over the launches kept: medians with their range, counts, checks."""
+def size_table(reqs: pd.DataFrame, runs: pd.DataFrame, max_load_per_cpu: float) -> TracedFrame:
+    """One row per (size, tier) over the launches kept: medians with their range, counts, checks;
+    each cell with the files it read (the launches kept are a selection, made before)."""
     kept_all = usable(runs, max_load_per_cpu)
     out = []
     for (size, tier), grp in kept_all.groupby(["target_tokens", "tier"]):
-        kept = grp[~grp.load_flagged]
-        r = reqs[reqs.run.isin(kept.run)]
-        rr = ratios(r)
-        rest = r[r.phase == "restore"]
-        lp = rest[rest.logprob_passed.notna()]
-        row: dict[str, Any] = {
-            "target_tokens": int(size), "tier": tier, "launches": len(grp), "launches_flagged": int(grp.load_flagged.sum()),
-            "launches_used": len(kept), "restores": len(rest),
-            "prompt_tokens": float(r[r.phase == "cold"].prompt_tokens.median()) if len(r) else math.nan,
-            "kv_cache_tokens": float(kept.kv_cache_tokens.median()) if len(kept) else math.nan,
-            "wall_s_median": float(kept.wall_s.median()) if len(kept) else math.nan,
-            "wall_s_max": float(kept.wall_s.max()) if len(kept) else math.nan,
-            "load1_median_max": float(pd.to_numeric(grp.load1_median, errors="coerce").max()),
-            "logprob_checked": len(lp), "logprob_passed": int((lp.logprob_passed == True).sum()),  # noqa: E712
-            "logprob_same_compute": int((lp.logprob_same_compute == True).sum()),  # noqa: E712
-            "logprob_max_diff": float(lp.logprob_max_diff.max()) if len(lp) else math.nan,
-        }
-        for name, values in (("cold", r[r.phase == "cold"].ttft_s), ("hit", r[r.phase == "hit"].ttft_s),
-                             ("restore", rest.ttft_s), ("ratio", rr.ratio), ("restore_bytes", rest.load_bytes),
-                             ("blocks_moved", rest.blocks_moved), ("blocks_served", rest.blocks_served),
-                             ("pool_tokens", rest.pool_tokens), ("computed_tokens", rest.computed_tokens),
-                             ("gpu_hit_tokens", rest.gpu_hit_tokens)):
-            sp = spread(pd.to_numeric(values, errors="coerce")) or {}
+        with quiet():
+            kept = grp[(~grp.load_flagged).to_numpy()]
+            r = reqs[reqs.run.isin(kept.run).to_numpy()]
+            cold, hit, rest = (r[(r.phase == ph).to_numpy()] for ph in ("cold", "hit", "restore"))
+            lp = rest[rest.logprob_passed.notna().to_numpy()]
+            rr = ratios(r)
+        row = Row()
+        row.put("target_tokens", lambda: int(grp.target_tokens.iloc[0]))
+        row["tier"] = tier
+        row.put("launches", lambda: len(grp.started))
+        row.put("launches_flagged", lambda: int(grp.load_flagged.sum()))
+        row.put("launches_used", lambda: len(kept.started))
+        row.put("restores", lambda: len(rest.ttft_s))
+        row.put("prompt_tokens", lambda: float(cold.prompt_tokens.median()) if len(r) else math.nan)
+        row.put("kv_cache_tokens", lambda: float(kept.kv_cache_tokens.median()) if len(kept) else math.nan)
+        row.put("wall_s_median", lambda: float(kept.wall_s.median()) if len(kept) else math.nan)
+        row.put("wall_s_max", lambda: float(kept.wall_s.max()) if len(kept) else math.nan)
+        row.put("load1_median_max", lambda: float(pd.to_numeric(grp.load1_median, errors="coerce").max()))
+        row.put("logprob_checked", lambda: len(lp.logprob_passed))
+        row.put("logprob_passed", lambda: int((lp.logprob_passed == True).sum()))  # noqa: E712
+        row.put("logprob_same_compute", lambda: int((lp.logprob_same_compute == True).sum()))  # noqa: E712
+        row.put("logprob_max_diff", lambda: float(lp.logprob_max_diff.max()) if len(lp) else math.nan)
+        for name, values in (("cold", lambda: cold.ttft_s), ("hit", lambda: hit.ttft_s), ("restore", lambda: rest.ttft_s),
+                             ("ratio", lambda: rr.cold_s / rr.ttft_s), ("restore_bytes", lambda: rest.load_bytes),
+                             ("blocks_moved", lambda: rest.blocks_moved), ("blocks_served", lambda: rest.blocks_served),
+                             ("pool_tokens", lambda: rest.pool_tokens), ("computed_tokens", lambda: rest.computed_tokens),
+                             ("gpu_hit_tokens", lambda: rest.gpu_hit_tokens)):
+            row.put("_sp", lambda: spread(pd.to_numeric(values(), errors="coerce")) or {})
+            sp, files = row.pop("_sp"), row.src.pop("_sp")
             for f in SPREAD_FIELDS:
                 row[f"{name}_{f}"] = sp.get(f, math.nan)
+                row.src[f"{name}_{f}"] = files
         out.append(row)
     if not out:
         raise RawRecordError("raw/eviction/longctx", "no complete, evicted long-context launch to analyse")
-    return pd.DataFrame(out).sort_values(["target_tokens", "tier"]).reset_index(drop=True)
+    return TracedFrame.from_rows(out).sort_values(["target_tokens", "tier"]).reset_index(drop=True)
 
 
 def power_fit(tokens: Any, seconds: Any) -> dict[str, float]:
@@ -124,68 +137,73 @@ def gpu_points(run_dirs: list[Path], run_schema: Path, request_schema: Path, set
 
 
 def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, table: pd.DataFrame,
-                     gpu: pd.DataFrame, gpu_reqs: pd.DataFrame, gpu_runs: pd.DataFrame,
-                     coldread_table: str, coldread_tokens: list[int], coldread_seconds: list[float],
-                     max_load_per_cpu: float) -> dict[str, dict[str, float] | None]:
-    """longctx.<size>.<tier>.* per row, the fits, and the GPU points (citing their own records)."""
-    kept = usable(runs, max_load_per_cpu)
-    for row in table.itertuples(index=False):
+                     gpu: pd.DataFrame, coldread_table: str, max_load_per_cpu: float) -> dict[str, dict[str, float] | None]:
+    """longctx.<size>.<tier>.* per row, the fits, and the GPU points (citing their own records).
+    Each is computed through writer.compute: it names the files of the cells it read."""
+    from ..coldread import read_coldreads
+
+    T = writer.compute
+    for i in range(len(table)):
+        one = table.iloc[[i]]
+        row = one.iloc[0]  # for the keys and conditions only
         p = f"longctx.{size_key(row.target_tokens)}.{row.tier}."
-        names = kept[(kept.target_tokens == row.target_tokens) & (kept.tier == row.tier)].run
-        writer.reading(*analysis.run_files(reqs, runs, names))
-        writer.add(p + "target_tokens", int(row.target_tokens), "tokens")
-        writer.add(p + "prompt_tokens", row.prompt_tokens, "tokens")
+
+        def v(col: str, kind: type = float) -> Any:
+            return T(lambda: kind(one[col].iloc[0]))
+        writer.add(p + "target_tokens", v("target_tokens", int), "tokens")
+        writer.add(p + "prompt_tokens", v("prompt_tokens"), "tokens")
         for k in ("launches", "launches_flagged", "launches_used", "restores", "logprob_checked", "logprob_passed",
                   "logprob_same_compute"):
-            writer.add(p + k, int(getattr(row, k)), "count")
+            writer.add(p + k, v(k, int), "count")
         if pd.notna(row.kv_cache_tokens):
-            writer.add(p + "kv_cache_tokens", int(row.kv_cache_tokens), "tokens")
+            writer.add(p + "kv_cache_tokens", v("kv_cache_tokens", int), "tokens")
         if pd.notna(row.logprob_max_diff):
-            writer.add(p + "logprob_max_diff", row.logprob_max_diff, "nats")
+            writer.add(p + "logprob_max_diff", v("logprob_max_diff"), "nats")
         for name, unit in (("cold", "s"), ("hit", "s"), ("restore", "s"), ("ratio", "x"), ("restore_bytes", "B"),
                            ("blocks_moved", "blocks"), ("blocks_served", "blocks"), ("pool_tokens", "tokens"),
                            ("computed_tokens", "tokens"), ("gpu_hit_tokens", "tokens")):
             for f in SPREAD_FIELDS:
-                v = getattr(row, f"{name}_{f}")
-                if pd.notna(v):
-                    writer.add(f"{p}{name}.{f}", int(v) if f == "n" else float(v), "count" if f == "n" else unit)
-        writer.reading(*analysis.run_files(reqs, runs, names, meta_only=True))
+                if pd.notna(getattr(row, f"{name}_{f}")):
+                    writer.add(f"{p}{name}.{f}", v(f"{name}_{f}", int if f == "n" else float), "count" if f == "n" else unit)
         if pd.notna(row.wall_s_median):
-            writer.add(p + "wall_s.median", row.wall_s_median, "s")
-            writer.add(p + "wall_s.max", row.wall_s_max, "s")
+            writer.add(p + "wall_s.median", v("wall_s_median"), "s")
+            writer.add(p + "wall_s.max", v("wall_s_max"), "s")
     # the CPU's cold reads (every launch kept, both tiers: the tier does not touch a cold read) and their fit
-    used = kept[~kept.load_flagged]
-    colds = reqs[reqs.run.isin(used.run) & (reqs.phase == "cold")]
-    writer.reading(*analysis.run_files(reqs, runs, used.run))
-    fit = power_fit(colds.prompt_tokens, colds.ttft_s) if colds.target_tokens.nunique() > 1 else None
+    with quiet():
+        kept = usable(runs, max_load_per_cpu)
+        used = kept[(~kept.load_flagged).to_numpy()]
+        colds = reqs[(reqs.run.isin(used.run) & (reqs.phase == "cold")).to_numpy()]
+        sizes = colds.target_tokens.nunique()
+    fit = T(lambda: power_fit(colds.prompt_tokens, colds.ttft_s)) if sizes > 1 else None
     if fit is not None:  # one size has no slope
         writer.add("longctx.fit.cpu.exponent", fit["exponent"], "x", note="T_cold = a n^b, least squares on logs, every cold read kept")
         writer.add("longctx.fit.cpu.coefficient", fit["coefficient"], "s")
         writer.add("longctx.fit.cpu.points", fit["points"], "count")
         writer.add("longctx.fit.cpu.max_rel_resid", fit["max_rel_resid"], "x")
-    writer.add("longctx.sizes", int(table.target_tokens.nunique()), "count")
-    for i, size in enumerate(sorted(table.target_tokens.unique())):  # the sizes in order, for the page's loops
-        writer.add(f"longctx.size.{i}.tokens", int(size), "tokens")
-    writer.add("longctx.restore_min_tokens", 190_000, "tokens", note="the issue's bar for a restore at the note's scale")
-    native = table[table.tier == "native"]
-    writer.add("longctx.restores_native", int(native.restores.sum()), "requests")
-    big = native[native.target_tokens >= 190_000]  # built to the size: prompt tokens within the builder's 0.5%
-    writer.add("longctx.restores_native_190k", int(big.restores.sum()), "requests",
+    writer.add("longctx.sizes", T(lambda: int(table.target_tokens.nunique())), "count")
+    for i, size in enumerate(T(lambda: [int(x) for x in sorted(table.target_tokens.unique())])):  # in order, for the page's loops
+        writer.add(f"longctx.size.{i}.tokens", size, "tokens")
+    writer.add("longctx.restore_min_tokens", 190_000, "tokens", inputs=[], note="the issue's bar for a restore at the note's scale")
+    with quiet():
+        native = table[(table.tier == "native").to_numpy()]
+        big = native[(native.target_tokens >= 190_000).to_numpy()]  # built to the size: prompt tokens within the builder's 0.5%
+        control = table[(table.tier == "none").to_numpy()]
+    writer.add("longctx.restores_native", T(lambda: int(native.restores.sum())), "requests")
+    writer.add("longctx.restores_native_190k", T(lambda: int(big.restores.sum())), "requests",
                note="restores from the native tier of conversations built to >= 190,000 tokens")
-    control = table[table.tier == "none"]
     if len(control):
-        writer.add("longctx.control_ratio_min", float(control.ratio_min.min()), "x")
-        writer.add("longctx.control_ratio_max", float(control.ratio_max.max()), "x")
-    writer.add("longctx.logprob_failed", int((table.logprob_checked - table.logprob_passed).sum()), "count")
-    writer.add("longctx.max_load_per_cpu", max_load_per_cpu, "x")
-    writer.reading(coldread_table)
-    gfit = power_fit(coldread_tokens, coldread_seconds)
+        writer.add("longctx.control_ratio_min", T(lambda: float(control.ratio_min.min())), "x")
+        writer.add("longctx.control_ratio_max", T(lambda: float(control.ratio_max.max())), "x")
+    writer.add("longctx.logprob_failed", T(lambda: int((table.logprob_checked - table.logprob_passed).sum())), "count")
+    writer.add("longctx.max_load_per_cpu", max_load_per_cpu, "x", inputs=[])
+    gfit = T(lambda: power_fit(*zip(*[(r.prompt_tokens, r.ttft_s) for r in read_coldreads(coldread_table)])))
     writer.add("longctx.fit.gpu.exponent", gfit["exponent"], "x", note="the same fit to the note's timed cold reads (setup C)")
     writer.add("longctx.fit.gpu.points", gfit["points"], "count")
-    for g in gpu.itertuples(index=False):
-        writer.reading(*analysis.run_files(gpu_reqs, gpu_runs, [g.run]))
-        writer.add(f"longctx.gpu.{g.setup}.prompt_tokens", g.prompt_tokens, "tokens")
-        writer.add(f"longctx.gpu.{g.setup}.ratio", g.ratio_cold_restore, "x")
+    for i in range(len(gpu)):
+        g = gpu.iloc[[i]]
+        setup = g.setup.iloc[0]
+        writer.add(f"longctx.gpu.{setup}.prompt_tokens", T(lambda: g.prompt_tokens.iloc[0]), "tokens")
+        writer.add(f"longctx.gpu.{setup}.ratio", T(lambda: g.ratio_cold_restore.iloc[0]), "x")
     return {"cpu": fit, "gpu": gfit}
 
 

@@ -30,7 +30,8 @@ from . import conversation as conv_mod
 from . import logprobs as lp_mod
 from .checks import exact_blocks, request_delta, restore_checks
 from .host import kv_bytes_per_token, load_average
-from .records import FORMAT, RunWriter, parse_phase_id, phase_ids
+from ..records import geometry
+from ..records.evictionrun import FORMAT, RunWriter, parse_phase_id, phase_ids
 
 CYCLE_SEED_STRIDE = 100_003   # seeds of cycle c: seed + (c - 1) * stride (+ 1000 + i for its evictors)
 WARMUP_SEED = 999_983
@@ -264,9 +265,11 @@ class Harness:
         per_token = kv_bytes_per_token(self.meta["model"]["path"], _dtype_arg(server.get("command") or []))
         from_model = per_token * block if per_token else None
         server["offload_block_bytes"] = {"log": from_log, "model": from_model}
-        if from_log and from_model and from_log != from_model:
+        try:  # the analysis's own cross-check (records.geometry), so the run and its numbers agree on it
+            geometry.offload_block_bytes(from_log, server["offload_block_bytes"], self.server.log_path if self.server else "")
+        except RawRecordError:
             raise HarnessFailed(f"bytes per offloaded block: the server log says {from_log:,}, the model's geometry "
-                                f"{from_model:,} ({per_token:,} B/token x {block:,} tokens); check --dtype and the model")
+                                f"{from_model:,} ({per_token:,} B/token x {block:,} tokens); check --dtype and the model") from None
 
     def _run_phases(self) -> None:
         plan = self.plan
@@ -377,8 +380,9 @@ class Harness:
         after = Snapshot.read(d / rec["metrics_after"])
         server = self.meta["server"]
         hint = (server.get("offload_block_bytes") or {})
+        per_block = geometry.offload_block_bytes(hint.get("log"), hint, d / "server.log")  # log first, else the model's
         checks = restore_checks(before, after, prompt_tokens, server.get("offload_block_tokens"),
-                                self.plan.gpu_hit_tolerance, hint.get("log") or hint.get("model"))
+                                self.plan.gpu_hit_tolerance, per_block)
         checks.update(exact_blocks(checks))
         hit = [r for r in self.writer_requests() if r["phase"] == "hit" and r.get("cycle", 1) == cycle and r["status"] == "ok"]
         if hit and rec.get("logprobs") is not None and hit[-1].get("logprobs") is not None:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import RawRecordError, capped_lines
 from .prometheus import Snapshot
 from . import vllm as V
-from .touch import Touching, carry, quiet
+from .touch import Touching, carry, quiet, touch
 
 if TYPE_CHECKING:  # the server log's readers (production.runcontract.logfacts, production.vllmlog)
     from ..production.analysis import Log
@@ -272,12 +272,27 @@ def server_block_tokens(snap: Snapshot) -> int:
 
 
 def offload_block_tokens(snap: Snapshot, fallback: int | None) -> int | None:
-    """Tokens of one offloaded block: kv_offload_config_info (vLLM 0.33+), else `fallback` (run.yaml)."""
-    info = snap.labels_of(V.OFFLOAD_CONFIG_INFO)
+    """Tokens of one offloaded block: kv_offload_config_info (vLLM 0.33+), else `fallback` (run.yaml).
+    The snapshot is touched (records.touch) only when it gives the value."""
+    with quiet():
+        info = snap.labels_of(V.OFFLOAD_CONFIG_INFO)
     try:
-        return int(info["cpu_kv_cache_size_tokens"]) // int(info["cpu_num_chunks"])
+        value = int(info["cpu_kv_cache_size_tokens"]) // int(info["cpu_num_chunks"])
     except (KeyError, ValueError, ZeroDivisionError):
         return fallback
+    touch(snap.path)
+    return value
+
+
+def offload_block_bytes_of(snap: Snapshot, fallback: int | None) -> int | None:
+    """Bytes of one offloaded block: kv_offload_config_info (vLLM 0.33+), else `fallback` (vLLM
+    0.32: offload_block_bytes below). The snapshot is touched only when it gives the value."""
+    with quiet():
+        value = snap.offload_bytes_per_block()
+    if value is None:
+        return fallback
+    touch(snap.path)
+    return value
 
 
 def offload_block_bytes(from_log: int | None, recorded: dict[str, Any], log: Path) -> int | None:
