@@ -43,3 +43,11 @@ def legacy_of_flat(name: str) -> tuple[str, str, str] | None:
             if name == flat or name.startswith(flat + "_"):
                 return fam, tt, name[len(flat):]
     return None
+
+# -- what a replay run reads and keeps (kvtier.records.replayrun, kvtier.replay.monitor) -------------
+REQUEST_SUCCESS = "vllm:request_success_total"
+PREEMPTIONS = "vllm:num_preemptions_total"
+# the families kvtier replay samples every second into metrics_series.csv.gz: what the cache did
+CACHE_SERIES = (PROMPT_BY_SOURCE, PROMPT_TOTAL, GENERATION_TOTAL, REQUEST_SUCCESS, "vllm:num_requests_running",
+                "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", PREEMPTIONS, "vllm:prefix_cache_queries_total",
+                "vllm:prefix_cache_hits_total", STORE_BYTES, LOAD_BYTES)
