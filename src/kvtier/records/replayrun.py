@@ -160,9 +160,10 @@ class ReplayRun(FieldTouching):
         """The client log's answered requests with `extra` fields too (records.clientlog), in file order."""
         return read_client_log(self.path / CLIENT, extra, run_seconds=observation_seconds(self.path / HOST_YAML))
 
-    def client_lines(self) -> list[dict[str, Any]]:
-        """Every line of the client log (answered and failed), as written, by the run contract's reader."""
-        return [rec for _, _, rec in client_lines(self.path / CLIENT)]
+    def client_lines(self) -> list[tuple[int, dict[str, Any]]]:
+        """(line number, record) of every line of the client log (answered and failed), as
+        written, by the client log's reader (the run contract's line checks)."""
+        return [(i, rec) for i, _, rec in client_lines(self.path / CLIENT, observation_seconds(self.path / HOST_YAML))]
 
     def load(self) -> Load:
         return read_load(self.path / HOST_SERIES)
