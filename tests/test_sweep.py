@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from kvtier.errors import RawRecordError
+from kvtier.numbers import NumbersWriter
 from kvtier.production import sweep
 from kvtier.replay import sent
 from kvtier.replay.schedule import Scaling, kv_cache_tester
@@ -145,20 +146,12 @@ def test_a_run_is_predicted_from_its_own_records(tmp_path: Path, trace: Path):
     assert tidy["measured", "gpu"] == pytest.approx(64 / 640) == tidy["simulated", "gpu"]
     assert tidy["sequential", "gpu"] == pytest.approx(128 / 640)
 
-    class Writer:
-        def __init__(self) -> None:
-            self.n: dict[str, float] = {}
-
-        def reading(self, *paths: object) -> None: ...
-
-        def add(self, key: str, value: float, unit: str, note: str = "") -> None:
-            self.n[key] = value
-
-    w = Writer()
+    w = NumbersWriter("sweepcpu", "test", [])  # provenance read off the records: the writer traces each value
     sweep.register_numbers(w, [x])
-    assert w.n["sweepcpu.worst_points"] == pytest.approx(0.0)
-    assert w.n["sweepcpu.run.0.sequential.diff_points_gpu"] == pytest.approx(100 * (128 - 64) / 640)
-    assert w.n["sweepcpu.agree"] == 4 and w.n["sweepcpu.sequential.agree"] == 3
+    n = {k: d["value"] for k, d in w.numbers.items()}
+    assert n["sweepcpu.worst_points"] == pytest.approx(0.0)
+    assert n["sweepcpu.run.0.sequential.diff_points_gpu"] == pytest.approx(100 * (128 - 64) / 640)
+    assert n["sweepcpu.agree"] == 4 and n["sweepcpu.sequential.agree"] == 3
 
 
 def test_a_malformed_client_line_names_file_and_line(tmp_path: Path, trace: Path):

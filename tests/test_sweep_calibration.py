@@ -22,7 +22,7 @@ from kvtier.counterfactual import sweepcheck
 from kvtier.counterfactual.fit import calibrate, targets_from_registry
 from kvtier.counterfactual.run import hour_weights
 from kvtier.errors import RawRecordError
-from kvtier.numbers import NumbersWriter, load_registry
+from kvtier.numbers import NumbersWriter
 from kvtier.production import setups, sweep
 from kvtier.production.correction import from_records
 from kvtier.production.pipeline import analyse, ingest
@@ -192,7 +192,7 @@ def check(tmp_path_factory) -> dict:
     tmp = tmp_path_factory.mktemp("cal")
     pw.write(tmp / "production.json")
     tables["hours"].to_csv(tmp / "hours.csv", index=False)
-    reg = load_registry([tmp / "production.json"])
+    reg = sweepcheck.registry(tmp / "production.json")  # its numbers touch the file when read (records.touch)
     results = sweep.analyse([REPO / r for r in sw["runs"]])
     service = sweepcheck.service_model(REPO / prod["capture_client"], cal["service_bins"], CONFIG["coldread"]["above_last"])
     cf = CONFIG["counterfactual"]
@@ -200,7 +200,7 @@ def check(tmp_path_factory) -> dict:
                                           cf["think_time"]["sigma"], cf["reusable_share"], cf["seed"], prefix=prod["numbers_prefix"])
     table.to_csv(tmp / "calibrated.csv", index=False)
     writer = NumbersWriter(topic="sweepcpu", rule="test", inputs=[])
-    sweepcheck.register(writer, record, table, service, w, [prod["capture_client"]], [])
+    sweepcheck.register(writer, record, table, service, w)
     return {"reg": reg, "prefix": prod["numbers_prefix"], "results": results, "w": w, "record": record,
             "csv": pd.read_csv(tmp / "calibrated.csv"), "n": {k: v["value"] for k, v in writer.numbers.items()},
             "capture": (REPO / prod["capture_run"]).parent.as_posix(), "reusable": cf["reusable_share"]}

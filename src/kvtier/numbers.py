@@ -108,3 +108,21 @@ def load_registry(paths: Iterable[str | Path]) -> dict[str, Number]:
                 raise ValueError(f"{p}: number {key!r} already defined by rule {registry[key].rule}")
             registry[key] = Number(key, d["value"], d["unit"], d["rule"], tuple(d["inputs"]), d.get("note", ""))
     return registry
+
+
+def traced_adder(writer: NumbersWriter) -> Callable[..., None]:
+    """`add(key, fn, unit, note=..., settings=False)`: register fn()'s value, naming the files its
+    computation read (records.touch), so no list is written beside it. `settings=True`: a value
+    from the settings alone, naming no record. A value that read no record and is not marked a
+    setting is refused: it would silently fall back to every input of the rule."""
+
+    def add(key: str, fn: Callable[[], Any], unit: str, *, note: str = "", settings: bool = False) -> None:
+        if settings:
+            writer.add(key, fn(), unit, inputs=[], note=note)
+            return
+        value = writer.compute(fn)
+        if not sources_of(value):
+            raise ValueError(f"number {key!r} was computed from no record (a setting? mark it settings=True)")
+        writer.add(key, value, unit, note=note)
+
+    return add

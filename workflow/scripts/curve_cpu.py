@@ -25,7 +25,7 @@ w, record, table = curvecheck.predict(runs, cf["fit_offload_gib"], tuple(cf["pro
                                       smk.params.above_last, smk.params.think, cf["reusable_share"], smk.params.seed)
 table.to_csv(smk.output.cf, index=False)
 write_sidecar(smk.output.cf, smk.rule, raw)
-curvecheck.register(writer, record, table, raw, cf["goal_points"])
+curvecheck.register(writer, record, table, cf["goal_points"])
 writer.write(smk.output.numbers)
 curve.figure(t, smk.output.svg)
 for x in runs:

@@ -4,9 +4,7 @@ import time
 from pathlib import Path
 
 from kvtier.counterfactual import sweepcheck
-from kvtier.counterfactual.run import hour_weights
 from kvtier.errors import RawRecordError
-from kvtier.numbers import load_registry
 from kvtier.production import sweep
 from kvtier.provenance import write_sidecar
 from kvtier.snake import begin, numbers_writer
@@ -29,14 +27,13 @@ client = smk.params.capture_client
 if Path(client).as_posix() not in {Path(p).as_posix() for p in raw}:
     raise RawRecordError(client, "the capture's client log is not among the sweep's pinned records")
 service = sweepcheck.service_model(client, smk.params.service_bins, smk.params.above_last)
-reg = load_registry([smk.input.production])
-w, record, calibrated = sweepcheck.predict(reg, results, service, hour_weights(smk.input.hours), smk.params.think["median_s"],
+reg = sweepcheck.registry(smk.input.production)  # each number read touches the file (records.touch)
+w, record, calibrated = sweepcheck.predict(reg, results, service, smk.input.hours, smk.params.think["median_s"],
                                            smk.params.think["sigma"], smk.params.reusable, smk.params.seed,
                                            prefix=smk.params.numbers_prefix)
-cal_inputs = [smk.input.production, smk.input.hours, *raw]
 calibrated.to_csv(smk.output.calibrated, index=False)
-write_sidecar(smk.output.calibrated, smk.rule, cal_inputs)
-sweepcheck.register(writer, record, calibrated, service, w, [client], cal_inputs)
+write_sidecar(smk.output.calibrated, smk.rule, [smk.input.production, smk.input.hours, *raw])
+sweepcheck.register(writer, record, calibrated, service, w)
 writer.write(smk.output.numbers)
 sweep.figure(tidy, smk.output.svg, calibrated)
 log.info("calibrated prediction: %.2f s CPU; fit %s", time.process_time() - cpu0, record["fit"])

@@ -30,8 +30,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..numbers import traced_adder
 from ..production import curve, sweep
-from ..replay import sent
+from ..records.touch import TouchingDict, rows_of, scope, touching_rows
 from ..sim.resident import ResidentCache, replay_admitted
 from ..workloads import Workload
 from ..workloads.synthetic import AgenticParams, Targets, TooFewRequests, assemble, draw, fit_prompts, fit_report
@@ -70,7 +71,7 @@ class Server:
 def shared_prefix_tokens(run: sweep.SweepRun) -> int:
     """Tokens every session's first prompt shares with every other's: the common leading block ids
     of the first turns in the stream the run sent (sent_blocks.npz), in the server's blocks."""
-    chains = sent.read(run.path / sent.NAME, run.path / "client.jsonl")
+    chains = run.sent()
     firsts = [np.asarray(chains[(r.session, r.index)][1]) for r in run.requests.itertuples() if r.index == 0]
     if len(firsts) < 2:
         return 0
@@ -196,113 +197,142 @@ def predict(runs: list[curve.CurveRun], fit_offload_gib: float, edges: tuple[flo
     def median(g: list[curve.CurveRun]) -> dict[str, float]:
         return {k: float(np.median([x.shares("measured")[k] for x in kept(g)])) for k in SHARES}
 
-    ref = kept(groups[fit_size])[0]
-    run = ref.result.run
-    service = service_model(run.path / "client.jsonl", service_bins, above_last)
-    targets = targets_of(run, median(groups[fit_size]), edges, service)
-    system = shared_prefix_tokens(run)
-    w, record = fit(targets, service, Server.of(run), system, think, reusable, seed)
-    send, done = schedule(w, service, targets.max_running, _sessions(w))
-    rows = []
+    with scope() as fitted:  # the fit sees the fitted size's records alone
+        ref = kept(groups[fit_size])[0]
+        run = ref.result.run
+        service = service_model(run, service_bins, above_last)
+        targets = targets_of(run, median(groups[fit_size]), edges, service)
+        system = shared_prefix_tokens(run)
+        w, record = fit(targets, service, Server.of(run), system, think, reusable, seed)
+        send, done = schedule(w, service, targets.max_running, _sessions(w))
+    rows, row_files = [], {}
     for i, g in enumerate(groups):
-        r = g[0].result.run
-        model = replay(w, Server.of(r), send, done)
-        meas = median(g)
-        for k in SHARES:
-            rows.append({"size": i, "pool_bytes": r.pool_bytes, "pool_tokens": r.pool_tokens, "kv_cache_tokens": r.kv_cache_tokens,
-                         "fit_size": i == fit_size, "share": k, "measured": meas[k], "model": model[k],
-                         "error_points": 100 * (model[k] - meas[k])})
-    unbounded = replace(Server.of(run).without_pool(), kv_blocks=10**7)  # nothing ever evicted: what could be reused
-    stream = sweep.stream(run)
-    n = len(stream)
+        with scope() as seen:
+            r = g[0].result.run
+            model = replay(w, Server.of(r), send, done)
+            meas = median(g)
+            for k in SHARES:
+                rows.append({"size": i, "pool_bytes": r.pool_bytes, "pool_tokens": r.pool_tokens, "kv_cache_tokens": r.kv_cache_tokens,
+                             "fit_size": i == fit_size, "share": k, "measured": meas[k], "model": model[k],
+                             "error_points": 100 * (model[k] - meas[k])})
+        row_files[i] = frozenset(seen | fitted)
+    with scope() as unbounded_files:
+        unbounded = replace(Server.of(run).without_pool(), kv_blocks=10**7)  # nothing ever evicted: what could be reused
+        stream = sweep.stream(run)
+        n = len(stream)
+        record["unbounded_stream"] = replay(Workload("stream", run.shape["block_tokens"], np.arange(n, dtype=float), stream,  # type: ignore[arg-type]
+                                                     np.zeros(n, dtype=np.int64)), unbounded, np.arange(n, dtype=float),
+                                            np.arange(n, dtype=float) + 0.5)["share_gpu"]
     record["unbounded_model"] = replay(w, unbounded, send, done)["share_gpu"]
-    record["unbounded_stream"] = replay(Workload("stream", run.shape["block_tokens"], np.arange(n, dtype=float), stream,  # type: ignore[arg-type]
-                                                 np.zeros(n, dtype=np.int64)), unbounded, np.arange(n, dtype=float),
-                                        np.arange(n, dtype=float) + 0.5)["share_gpu"]
     record["sessions_model"] = int(len(np.unique(_sessions(w))))
-    record["sessions_stream"] = int(run.requests.session.nunique())
+    with scope() as stream_files:
+        record["sessions_stream"] = int(run.requests.session.nunique())
     record.update(system_tokens=system, fit_run=run.path.as_posix(), fit_size=fit_size, service=service,
                   block_tokens=int(run.shape["block_tokens"]))  # type: ignore[arg-type]
-    return w, record, pd.DataFrame(rows)
+    files = {"unbounded_stream": unbounded_files, "sessions_stream": stream_files}
+    return w, TouchingDict(record, files, default=fitted), touching_rows(pd.DataFrame(rows), "size", row_files)
 
 
-def register(writer: Any, record: dict[str, Any], table: pd.DataFrame, inputs: list[str], goal_points: float) -> None:
+def register(writer: Any, record: dict[str, Any], table: pd.DataFrame, goal_points: float) -> None:
     """curve.cf.*: the fitted size, the fit's targets, parameters and residuals there, and per size
     (curve.cf.size.<i>, as curve.size.<i>) the model's shares and their gaps from the measured
     medians; the worst gap over the predicted sizes against `goal_points`; the model's reuse out
-    of reach of its largest pool (why it misses, when it does)."""
+    of reach of its largest pool (why it misses, when it does). Each number names the files its
+    computation read (records.touch: the fit's record what the fit read, each size's rows that
+    size's records and the fit's)."""
     P = "curve.cf."
-    add = writer.add
-    writer.reading(*inputs)
-    t, p, f, op = record["targets"], record["params"], record["fit"], record["op"]
-    add(P + "fit_size", int(record["fit_size"]), "count")
-    add(P + "system_tokens", int(record["system_tokens"]), "tokens", note="the prefix every session's first prompt shares, from the stream")
-    s = record["service"]
-    add(P + "service.points", len(s.latency.tokens), "count")
-    add(P + "service.decode_rate", s.decode_tokens_per_s, "count", note="generated tokens per second after the first")
+    add = traced_adder(writer)
+    t, p, f, op = (lambda: record["targets"]), (lambda: record["params"]), (lambda: record["fit"]), (lambda: record["op"])
+    add(P + "fit_size", lambda: int(record["fit_size"]), "count")
+    add(P + "system_tokens", lambda: int(record["system_tokens"]), "tokens",
+        note="the prefix every session's first prompt shares, from the stream")
+    add(P + "service.points", lambda: len(record["service"].latency.tokens), "count")
+    add(P + "service.decode_rate", lambda: record["service"].decode_tokens_per_s, "count",
+        note="generated tokens per second after the first")
     for k, unit in (("requests", "requests"), ("mean_prompt", "tokens"), ("low_edge", "tokens"), ("high_edge", "tokens"),
                     ("mean_output", "tokens")):
-        add(P + f"target.{k}", t[k], unit)
-    add(P + "target.share_above_low", t["share_above_200k"], "fraction")
-    add(P + "target.share_above_high", t["share_above_500k"], "fraction")
-    add(P + "target.share_gpu", t["gpu_share"], "fraction")
-    add(P + "target.share_pool", t["pool_share"], "fraction")
-    add(P + "fit.mean_prompt", f["mean_prompt"], "tokens", note="a fresh draw of the fitted prompt model")
-    add(P + "fit.share_above_low", f["share_above_200k"], "fraction")
-    add(P + "fit.share_above_high", f["share_above_500k"], "fraction")
-    add(P + "fit.reusable_share_reached", f["reusable_share"], "fraction", note="an unbounded cache's share on a fresh draw")
+        add(P + f"target.{k}", lambda: t()[k], unit, settings=k in ("low_edge", "high_edge"))
+    add(P + "target.share_above_low", lambda: t()["share_above_200k"], "fraction")
+    add(P + "target.share_above_high", lambda: t()["share_above_500k"], "fraction")
+    add(P + "target.share_gpu", lambda: t()["gpu_share"], "fraction")
+    add(P + "target.share_pool", lambda: t()["pool_share"], "fraction")
+    add(P + "fit.mean_prompt", lambda: f()["mean_prompt"], "tokens", note="a fresh draw of the fitted prompt model")
+    add(P + "fit.share_above_low", lambda: f()["share_above_200k"], "fraction")
+    add(P + "fit.share_above_high", lambda: f()["share_above_500k"], "fraction")
+    add(P + "fit.reusable_share_reached", lambda: f()["reusable_share"], "fraction", note="an unbounded cache's share on a fresh draw")
     for k, unit in (("first_prompt_median", "tokens"), ("first_prompt_sigma", "count"), ("growth_median", "tokens"),
                     ("turns_mean", "count"), ("think_sigma", "count")):
-        add(P + f"model.{k}", p[k], unit)
-    add(P + "model.think_median", p["think_median_s"], "s")
-    add(P + "model.reusable_share", record["reusable"], "fraction")
-    tried = pd.DataFrame(record["tried"])
-    add(P + "fit.reusable_tried", len(tried), "count")
-    add(P + "fit.reusable_low", float(tried.reusable.min()), "fraction")
-    add(P + "fit.reusable_high", float(tried.reusable.max()), "fraction")
-    add(P + "fit.tried_share_pool_min", float(tried.share_pool.min()), "fraction")
-    add(P + "fit.tried_share_pool_max", float(tried.share_pool.max()), "fraction")
+        add(P + f"model.{k}", lambda: p()[k], unit)
+    add(P + "model.think_median", lambda: p()["think_median_s"], "s")
+    add(P + "model.reusable_share", lambda: record["reusable"], "fraction")
+    tried = lambda: pd.DataFrame(record["tried"])  # noqa: E731
+    add(P + "fit.reusable_tried", lambda: len(tried()), "count")
+    add(P + "fit.reusable_low", lambda: float(tried().reusable.min()), "fraction")
+    add(P + "fit.reusable_high", lambda: float(tried().reusable.max()), "fraction")
+    add(P + "fit.tried_share_pool_min", lambda: float(tried().share_pool.min()), "fraction")
+    add(P + "fit.tried_share_pool_max", lambda: float(tried().share_pool.max()), "fraction")
+    target = lambda: {"share_gpu": t()["gpu_share"], "share_pool": t()["pool_share"],  # noqa: E731
+                      "share_computed": 1.0 - t()["gpu_share"] - t()["pool_share"]}
     for k in ("share_gpu", "share_pool", "share_computed"):
-        target = {"share_gpu": t["gpu_share"], "share_pool": t["pool_share"],
-                  "share_computed": 1.0 - t["gpu_share"] - t["pool_share"]}[k]
-        add(P + f"fit.{k}", op[k], "fraction", note="the fitted workload at the fitted size")
-        add(P + f"fit.residual_points_{k}", 100 * (op[k] - target), "count", note="model less measured at the fitted size, points")
-    add(P + "fit.worst_residual_points", 100 * max(abs(op[k] - {"share_gpu": t["gpu_share"], "share_pool": t["pool_share"],
-                                                                  "share_computed": 1.0 - t["gpu_share"] - t["pool_share"]}[k])
-                                                   for k in ("share_gpu", "share_pool", "share_computed")), "count")
-    worst = 0.0
-    worst_size = -1
-    for i, g in table.groupby("size"):
-        q = P + f"size.{i}."
-        g = g.set_index("share")
-        for k in SHARES:
-            add(q + f"{k}", float(g.loc[k, "model"]), "fraction")
-            add(q + f"error_points_{k}", float(g.loc[k, "error_points"]), "count", note="model less measured median, points")
+        add(P + f"fit.{k}", lambda: op()[k], "fraction", note="the fitted workload at the fitted size")
+        add(P + f"fit.residual_points_{k}", lambda: 100 * (op()[k] - target()[k]), "count",
+            note="model less measured at the fitted size, points")
+    add(P + "fit.worst_residual_points",
+        lambda: 100 * max(abs(op()[k] - target()[k]) for k in ("share_gpu", "share_pool", "share_computed")), "count")
+    _register_sizes(add, record, table, goal_points)
+
+
+def _worst_predicted(table: pd.DataFrame) -> tuple[float, int]:
+    """The largest gap of the three shares over the sizes not fitted to, and that size (-1: none)."""
+    worst, worst_size = 0.0, -1
+    for i in sorted(table["size"].unique()):
+        g = rows_of(table, i).set_index("share")
         gap = float(g.loc[["share_gpu", "share_pool", "share_computed"], "error_points"].abs().max())
-        add(q + "worst_points", gap, "count")
         if not bool(g.fit_size.iloc[0]) and gap > worst:
-            worst, worst_size = gap, int(i)  # type: ignore[arg-type]
-    add(P + "worst_points_predicted", worst, "count", note="largest gap of the three shares over the sizes not fitted to, points")
-    add(P + "worst_size", worst_size, "count")
-    writer.reading()
-    add(P + "goal_points", float(goal_points), "count", note="issue 21's goal for the gap at every size")
-    writer.reading(*inputs)
-    add(P + "within_goal", int(worst <= goal_points), "count")
-    largest = table[table["size"] == table["size"].max()].set_index("share")
+            worst, worst_size = gap, int(i)
+    return worst, worst_size
+
+
+def _register_sizes(add: Any, record: dict[str, Any], table: pd.DataFrame, goal_points: float) -> None:
+    P = "curve.cf."
+    t = lambda: record["targets"]  # noqa: E731
+    for i in sorted(table["size"].unique()):
+        q = P + f"size.{i}."
+        g = lambda: rows_of(table, i).set_index("share")  # noqa: E731
+        for k in SHARES:
+            add(q + f"{k}", lambda: float(g().loc[k, "model"]), "fraction")
+            add(q + f"error_points_{k}", lambda: float(g().loc[k, "error_points"]), "count", note="model less measured median, points")
+        add(q + "worst_points", lambda: float(g().loc[["share_gpu", "share_pool", "share_computed"], "error_points"].abs().max()),
+            "count")
+    add(P + "worst_points_predicted", lambda: _worst_predicted(table)[0], "count",
+        note="largest gap of the three shares over the sizes not fitted to, points")
+    add(P + "worst_size", lambda: _worst_predicted(table)[1], "count")
+    add(P + "goal_points", lambda: float(goal_points), "count", settings=True, note="issue 21's goal for the gap at every size")
+    add(P + "within_goal", lambda: int(_worst_predicted(table)[0] <= goal_points), "count")
+
+    def largest() -> pd.DataFrame:
+        return rows_of(table, table["size"].max()).set_index("share")
+
     for who, col in (("measured", "measured"), ("model", "model")):
-        add(P + f"largest.{who}_reuse", float(largest.loc["share_gpu", col] + largest.loc["share_pool", col]), "fraction",
+        add(P + f"largest.{who}_reuse", lambda: float(largest().loc["share_gpu", col] + largest().loc["share_pool", col]), "fraction",
             note="share from the KV cache and the pool at the largest pool")
-    add(P + "unbounded.stream", float(record["unbounded_stream"]), "fraction",
+    add(P + "unbounded.stream", lambda: float(record["unbounded_stream"]), "fraction",
         note="the fitted run's stream through a cache that never evicts (the simulator, exact on it): what could be reused")
-    add(P + "unbounded.model", float(record["unbounded_model"]), "fraction", note="the same for the fitted workload")
-    add(P + "model.sessions", int(record["sessions_model"]), "count", note="sessions with a request in the fitted workload")
-    add(P + "target.sessions", int(record["sessions_stream"]), "count", note="sessions with a request in the fitted run's stream")
-    add(P + "target.period", float(t["period_s"]), "s", note="the fitted run's first send to its last answer")
-    add(P + "model.requests_per_session", t["requests"] / record["sessions_model"], "count")
-    add(P + "target.requests_per_session", t["requests"] / record["sessions_stream"], "count")
-    add(P + "fit.pool_residual_abs_points", abs(100 * (op["share_pool"] - t["pool_share"])), "count")
-    pool = table[table.share == "share_pool"].sort_values("size")
-    top = float(pool.measured.iloc[-1])
-    first = pool[pool.measured >= top - 1e-4].iloc[0]  # the smallest pool whose measured share is the largest pool's
-    add(P + "measured_saturation_ratio", float(first.pool_tokens / first.kv_cache_tokens), "x",
+    add(P + "unbounded.model", lambda: float(record["unbounded_model"]), "fraction", note="the same for the fitted workload")
+    add(P + "model.sessions", lambda: int(record["sessions_model"]), "count", note="sessions with a request in the fitted workload")
+    add(P + "target.sessions", lambda: int(record["sessions_stream"]), "count",
+        note="sessions with a request in the fitted run's stream")
+    add(P + "target.period", lambda: float(t()["period_s"]), "s", note="the fitted run's first send to its last answer")
+    add(P + "model.requests_per_session", lambda: t()["requests"] / record["sessions_model"], "count")
+    add(P + "target.requests_per_session", lambda: t()["requests"] / record["sessions_stream"], "count")
+    add(P + "fit.pool_residual_abs_points", lambda: abs(100 * (record["op"]["share_pool"] - t()["pool_share"])), "count")
+
+    def saturation() -> float:
+        pool = rows_of(table)
+        pool = pool[pool.share == "share_pool"].sort_values("size")
+        top = float(pool.measured.iloc[-1])
+        first = pool[pool.measured >= top - 1e-4].iloc[0]  # the smallest pool whose measured share is the largest pool's
+        return float(first.pool_tokens / first.kv_cache_tokens)
+
+    add(P + "measured_saturation_ratio", saturation, "x",
         note="pool / KV cache at the smallest size whose measured pool share equals the largest pool's (within 0.01 points)")

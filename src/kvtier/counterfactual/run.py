@@ -10,6 +10,7 @@ import pandas as pd
 
 from ..coldread import ColdReadModel
 from ..numbers import NumbersWriter, atomic_write_text
+from ..records.touch import touch
 from ..workloads import Workload
 from ..workloads.synthetic import peak_in_service
 from .replay import Config, replay, summarise
@@ -17,7 +18,9 @@ from .replay import Config, replay, summarise
 
 def hour_weights(hours_csv: str | Path) -> np.ndarray:
     """Tokens per clock hour of the period (the production analysis's tidy table): sessions of the
-    synthetic workload start in proportion to them, so quiet hours stay quiet."""
+    synthetic workload start in proportion to them, so quiet hours stay quiet. Touches the table
+    (records.touch): what is computed from the weights names it."""
+    touch(hours_csv)
     w = pd.read_csv(hours_csv)["tokens"].to_numpy(dtype=float)
     if not np.isfinite(w).all() or w.sum() <= 0:
         raise ValueError(f"{hours_csv}: no traffic in any hour of the period")

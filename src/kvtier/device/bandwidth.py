@@ -2,7 +2,8 @@
 token of setup C's pool, copied from pinned and from pageable host memory. Torch only.
 
 The geometry is read from the production record (vllm:kv_offload_config_info in
-raw/production/C/metrics.prom: the pool's bytes and tokens), not typed here. Without a CUDA device
+raw/production/C/metrics.prom: the pool's bytes and tokens, by kvtier.records.prometheus), not
+typed here. Without a CUDA device
 the measurement is refused (exit 3); --allow-cpu runs the same loop host->host, labelled as such,
 so that the code path can be tested on a machine without a GPU.
 """
@@ -19,26 +20,31 @@ from pathlib import Path
 from typing import Any
 
 NO_GPU = 3
-INFO = "vllm:kv_offload_config_info"
 
 
-def geometry_from_metrics(path: str | Path) -> dict[str, float]:
-    """Bytes per token and tokens per chunk of the offload pool, from the /metrics text (prometheus_client)."""
-    from prometheus_client.parser import text_string_to_metric_families
+def geometry_from_metrics(path: str | Path) -> dict[str, Any]:
+    """Bytes per token and tokens per chunk of the offload pool, from the /metrics snapshot
+    (kvtier.records.prometheus, vllm:kv_offload_config_info by the version table); `source`: the
+    files the geometry was read from (records.touch), not a name written beside it."""
+    from ..errors import RawRecordError
+    from ..records import vllm as V
+    from ..records.prometheus import Snapshot
+    from ..records.touch import scope
 
-    text = Path(path).read_text(encoding="utf-8")
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            if s.name == INFO:
-                try:
-                    size, tokens, chunks = (float(s.labels[k]) for k in
-                                            ("cpu_kv_cache_size_bytes", "cpu_kv_cache_size_tokens", "cpu_num_chunks"))
-                except KeyError as e:
-                    raise ValueError(f"{path}: {INFO} has no label {e}") from None
-                if size <= 0 or tokens <= 0 or chunks <= 0:
-                    raise ValueError(f"{path}: {INFO} has a non-positive size ({s.labels})")
-                return {"bytes_per_token": size / tokens, "chunk_tokens": tokens / chunks, "source": str(path)}
-    raise ValueError(f"{path}: no {INFO} sample (vLLM 0.33+ exports it)")
+    with scope() as seen:  # the lazy reader: no pandas, which the vLLM venv this runs in lacks
+        snap = Snapshot.read(path)
+        labels = snap.labels_of(V.OFFLOAD_CONFIG_INFO)
+    if not labels:
+        raise RawRecordError(path, f"no {V.OFFLOAD_CONFIG_INFO} sample (vLLM 0.33+ exports it)")
+    try:
+        size, tokens, chunks = (float(labels[k]) for k in ("cpu_kv_cache_size_bytes", "cpu_kv_cache_size_tokens", "cpu_num_chunks"))
+    except KeyError as e:
+        raise RawRecordError(path, f"{V.OFFLOAD_CONFIG_INFO} has no label {e}", line=snap.lines_of(V.OFFLOAD_CONFIG_INFO)[0][1]) from None
+    except ValueError as e:
+        raise RawRecordError(path, f"{V.OFFLOAD_CONFIG_INFO} has a label that is not a number ({e})") from None
+    if size <= 0 or tokens <= 0 or chunks <= 0:
+        raise RawRecordError(path, f"{V.OFFLOAD_CONFIG_INFO} has a non-positive size ({labels})")
+    return {"bytes_per_token": size / tokens, "chunk_tokens": tokens / chunks, "source": ", ".join(sorted(seen))}
 
 
 def block_bytes(bytes_per_token: float, block_tokens: int) -> int:

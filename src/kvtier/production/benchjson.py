@@ -18,7 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import RawRecordError, jsonl_records
+from ..errors import RawRecordError
+from ..records import replayrun
+from ..records.clientlog import client_lines
+from ..records.replayrun import ReplayRun
+from ..records.touch import TouchingDict, quiet
 
 PERCENTILES = (50, 90, 99)  # low, mid, high: the note prints low and high
 METRICS = ("ttft", "tpot", "itl", "e2el")
@@ -44,26 +48,39 @@ def _ms(values: list[float]) -> dict[str, float]:
     return out
 
 
+FROM_RUN_YAML = ("max_concurrency", "model_id", "tokenizer_id", "kvtier")  # fields run.yaml gives (wholly or in part)
+
+
 def read_lines(client_log: str | Path) -> list[dict[str, Any]]:
-    """Every line of the client log (answered and failed), in send order (`sent_s`)."""
-    path = Path(client_log)
-    rows = []
-    for lineno, line, rec in jsonl_records(path):
-        if not isinstance(rec, dict) or rec.get("status") not in ("ok", "failed"):
-            raise RawRecordError(path, "not a client-log line (status ok or failed)", line=lineno, record=line)
+    """Every line of the client log (answered and failed), in send order (`sent_s`), by the
+    client log's reader (records.clientlog: the run contract's line checks)."""
+    return _in_send_order(Path(client_log), [(i, rec) for i, _, rec in client_lines(client_log)])
+
+
+def _in_send_order(path: Path, recs: list[tuple[int, dict[str, Any]]]) -> list[dict[str, Any]]:
+    for lineno, rec in recs:
+        if rec.get("status") not in ("ok", "failed"):
+            raise RawRecordError(path, "not a client-log line (status ok or failed)", line=lineno)
         if rec["status"] == "ok" and not (isinstance(rec.get("chunk_s"), list) and rec["chunk_s"]):
             raise RawRecordError(path, "an answered line without chunk_s (the arrival of each streamed chunk: at least one)", line=lineno)
-        rows.append(rec)
-    return sorted(rows, key=lambda r: float(r["sent_s"]))
+    return sorted((rec for _, rec in recs), key=lambda r: float(r["sent_s"]))
 
 
-def result(run_dir: str | Path) -> dict[str, Any]:
-    """The run's `vllm bench serve`-shaped result."""
-    from ..yamlio import load_yaml
+def result(run: "ReplayRun | str | Path") -> TouchingDict:
+    """The run's `vllm bench serve`-shaped result, from its record (kvtier.records.replayrun; a
+    folder is read as one). A field read in a computation touches the files it came from
+    (records.touch): FROM_RUN_YAML run.yaml and the client log, every other the client log alone."""
+    if not isinstance(run, ReplayRun):
+        run = replayrun.read(run)
+    with quiet():  # the record's fields are read here to build the result; its fields touch on use
+        meta = run.meta
+        lines = _in_send_order(run.file(replayrun.CLIENT), run.client_lines())
+        out = _result(run.path, meta, lines)
+    client, yaml_ = run.file(replayrun.CLIENT).as_posix(), run.file(replayrun.RUN_YAML).as_posix()
+    return TouchingDict(out, {k: (yaml_, client) for k in FROM_RUN_YAML}, default=(client,))
 
-    run_dir = Path(run_dir)
-    meta = load_yaml((run_dir / "run.yaml").read_text(encoding="utf-8"))
-    lines = read_lines(run_dir / "client.jsonl")
+
+def _result(run_dir: Path, meta: dict[str, Any], lines: list[dict[str, Any]]) -> dict[str, Any]:
     ok = [r for r in lines if r["status"] == "ok"]
     ttfts = [float(r["chunk_s"][0]) for r in ok]
     latencies = [float(r["chunk_s"][-1]) for r in ok]

@@ -14,19 +14,22 @@ from pathlib import Path
 
 from ..errors import RawRecordError
 from . import runcontract
+from ..records import vllm as V
 from ..records.clientlog import SUM_FAILED_FIELDS as FAILED_FIELDS, SUM_FIELDS as FIELDS, read_client  # noqa: F401 (re-exported)
 from ..records.prometheus import Snapshot
-from ..records.touch import quiet, touch
-from ..yamlio import load_yaml
+from ..records.replayrun import HOST_YAML, observation_seconds, read_meta
+from ..records.touch import quiet
+
 
 def capture_facts(run_yaml: str | Path, client: str | Path, snap: Snapshot) -> dict[str, float]:
-    """The replay's settings (run.yaml) and the client's sums, after checking them against the counters."""
-    touch(run_yaml)
-    meta = load_yaml(Path(run_yaml).read_text(encoding="utf-8"))
+    """The replay's settings (run.yaml) and the client's sums, after checking them against the
+    counters: the values come from run.yaml and the client log; the counters only check them
+    (quietly: a number computed from these facts names run.yaml and the client log)."""
     run_dir = Path(run_yaml).parent
     with quiet():  # checks: they refuse a record, they make no value
         runcontract.check_run_folder(run_dir, snap)  # counters, one server run, one geometry, job lines
-    rows = read_client(client, runcontract.observation_seconds(run_dir / "host.yaml"))
+    meta = read_meta(run_yaml)
+    rows = read_client(client, observation_seconds(run_dir / HOST_YAML))
     ok = [r for r in rows if r["status"] == "ok"]
     sums = {
         "requests": float(len(ok)),
@@ -39,16 +42,16 @@ def capture_facts(run_yaml: str | Path, client: str | Path, snap: Snapshot) -> d
         r = sent[0]
         raise RawRecordError(client, f"sent {r['prompt_tokens_sent']} prompt tokens but the server counted "
                                      f"{r['usage_prompt_tokens']}", line=r["_line"])
-    by = snap.by_label("vllm:prompt_tokens_by_source_total", "source")
-    server = {
-        "requests": float(snap.select("vllm:request_success_total")["value"].sum()),
-        "prompt": float(snap.value("vllm:prompt_tokens_total")),
-        "cached": float(by["local_cache_hit"] + by["external_kv_transfer"]),
-        "generated": float(snap.value("vllm:generation_tokens_total")),
-    }
-    what = {"requests": "finished requests (vllm:request_success_total)", "prompt": "prompt tokens (vllm:prompt_tokens_total)",
-            "cached": "GPU + pool tokens (vllm:prompt_tokens_by_source_total)",
-            "generated": "generated tokens (vllm:generation_tokens_total)"}
+    with quiet():  # the counters check the sums; they make no value here
+        by = snap.by_label(V.PROMPT_BY_SOURCE, "source")
+        server = {
+            "requests": float(snap.select(V.REQUEST_SUCCESS)["value"].sum()),
+            "prompt": float(snap.value(V.PROMPT_TOTAL)),
+            "cached": float(by["local_cache_hit"] + by["external_kv_transfer"]),
+            "generated": float(snap.value(V.GENERATION_TOTAL)),
+        }
+    what = {"requests": f"finished requests ({V.REQUEST_SUCCESS})", "prompt": f"prompt tokens ({V.PROMPT_TOTAL})",
+            "cached": f"GPU + pool tokens ({V.PROMPT_BY_SOURCE})", "generated": f"generated tokens ({V.GENERATION_TOTAL})"}
     for k, v in sums.items():
         if v != server[k]:
             raise RawRecordError(client, f"the client log sums to {v:,.0f} {what[k]}, the server's counters in "

@@ -15,39 +15,40 @@ stream at that size (sweep.predict, each run's own records), and the gap between
 
 from __future__ import annotations
 
-import csv
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, ClassVar, Iterable
 
 import numpy as np
 import pandas as pd
 
 from ..errors import RawRecordError
-from ..replay.monitor import HOST_SERIES, METRICS_SERIES
+from ..numbers import traced_adder
+from ..records.replayrun import FieldTouching, HOST_SERIES, HOST_YAML, METRICS_SERIES, RUN_YAML, Load, read_load  # noqa: F401
+from ..records.touch import scope, touch
 from . import benchjson, sweep
 
 GIB = 2**30
 SHARES = ("share_gpu", "share_pool", "share_computed", "pool_share_of_misses")
-RUN_FILES = (*sweep.RUN_FILES, "host.yaml", HOST_SERIES, METRICS_SERIES)
+RUN_FILES = (*sweep.RUN_FILES, HOST_YAML, HOST_SERIES, METRICS_SERIES)
 
 
 @dataclass(frozen=True)
-class Load:
-    load1_mean: float
-    load1_max: float
-    steal_mean: float
-    samples: int
+class CurveRun(FieldTouching):
+    """A run of the curve: its replays (sweep.RunResult), the stream's digest (run.yaml), the
+    host's load (host_series.csv) and whether it is flagged by it, and its bench-shaped result
+    (benchjson: each field touches the file it came from)."""
 
-
-@dataclass(frozen=True)
-class CurveRun:
+    FILES: ClassVar[dict[str, tuple[str, ...]]] = {"digest": (RUN_YAML,), "flagged": (HOST_SERIES,)}
     result: sweep.RunResult
     digest: str
     load: Load
     flagged: bool
     bench: dict[str, Any]
+
+    def _folder(self) -> Path:
+        return object.__getattribute__(self, "result").run.path
 
     @property
     def path(self) -> Path:
@@ -67,26 +68,11 @@ def run_folders(manifest: str | Path, records: str | Path) -> list[str]:
                    for p in pinned_records(str(manifest), str(records)) if len(Path(p).relative_to(root).parts) > 1})
 
 
-def read_load(path: str | Path) -> Load:
-    """host_series.csv: the load over the run (the first sample's CPU shares cover no interval)."""
-    path = Path(path)
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    if len(rows) < 2:
-        raise RawRecordError(path, f"{len(rows)} load samples: a run's series needs at least two")
-    try:
-        load = [float(r["load1"]) for r in rows]
-        steal = [float(r["steal_share"]) for r in rows[1:]]
-    except (KeyError, TypeError, ValueError) as e:
-        raise RawRecordError(path, f"not a load series ({e})") from None
-    return Load(float(np.mean(load)), max(load), float(np.mean(steal)), len(rows))
-
-
 def digest_of(run: sweep.SweepRun) -> str:
     stream = run.meta.get("stream") or {}
     if stream.get("mode") != "fixed-order" or not isinstance(stream.get("digest"), str):
-        raise RawRecordError(run.path / "run.yaml", "no fixed-stream digest (stream.digest): not a kvtier replay --fixed-order run, "
-                                                    "whose requests would depend on how fast the server answered")
+        raise RawRecordError(run.file(RUN_YAML), "no fixed-stream digest (stream.digest): not a kvtier replay --fixed-order run, "
+                                                 "whose requests would depend on how fast the server answered")
     return str(stream["digest"])
 
 
@@ -95,20 +81,19 @@ def analyse(run_dirs: Iterable[str | Path], load_threshold: float, steal_thresho
     runs: list[CurveRun] = []
     for d in run_dirs:
         run = sweep.read_run(d)
-        table, admission = sweep.predict(run, sweep.stream(run))
-        load = read_load(Path(d) / HOST_SERIES)
+        load = run.load()
         flagged = load.load1_mean > load_threshold or load.steal_mean > steal_threshold
-        runs.append(CurveRun(sweep.RunResult(run, table, admission), digest_of(run), load, flagged, benchjson.result(d)))
+        runs.append(CurveRun(sweep.replayed(run), digest_of(run), load, flagged, benchjson.result(run)))
     if not runs:
         raise ValueError("curve: no runs")
     base = runs[0]
     for x in runs[1:]:
         if x.digest != base.digest:
-            raise RawRecordError(x.path / "run.yaml", f"sent stream {x.digest[:16]}..., but {base.path} sent {base.digest[:16]}...: "
-                                                      "the runs did not send the same requests, so their shares cannot be compared")
+            raise RawRecordError(x.path / RUN_YAML, f"sent stream {x.digest[:16]}..., but {base.path} sent {base.digest[:16]}...: "
+                                                    "the runs did not send the same requests, so their shares cannot be compared")
         if x.result.run.kv_cache_tokens != base.result.run.kv_cache_tokens:
-            raise RawRecordError(x.path / "run.yaml", f"KV cache of {x.result.run.kv_cache_tokens} tokens, {base.path} has "
-                                                      f"{base.result.run.kv_cache_tokens}: not one curve")
+            raise RawRecordError(x.path / RUN_YAML, f"KV cache of {x.result.run.kv_cache_tokens} tokens, {base.path} has "
+                                                    f"{base.result.run.kv_cache_tokens}: not one curve")
     runs.sort(key=lambda x: (x.result.run.pool_tokens, x.path.as_posix()))
     return runs
 
@@ -146,111 +131,123 @@ def _stats(values: list[float]) -> dict[str, float]:
     return {"median": float(np.median(values)), "min": min(values), "max": max(values)}
 
 
+def _kept(group: list[CurveRun]) -> list[CurveRun]:
+    """The runs of a size kept in its medians: those not flagged (all flagged: all, and the numbers say so)."""
+    return [x for x in group if not x.flagged] or group
+
+
 def register_numbers(writer: Any, runs: list[CurveRun], load_threshold: float, steal_threshold: float) -> None:
     """curve.*: the stream and the thresholds; per size (curve.size.<i>, smallest pool first) the
     median and range of each share over the kept runs, the simulator's, the gap in points, and
-    the latency percentiles; per run (curve.size.<i>.run.<j>) its load, flag and shares."""
-    files = [x.path / f for x in runs for f in RUN_FILES]
+    the latency percentiles; per run (curve.size.<i>.run.<j>) its load, flag and shares. Each
+    number names the files its computation read (records.touch)."""
+    add = traced_adder(writer)
     base = runs[0].result.run
-    writer.reading(*files)
-    writer.add("curve.runs", len(runs), "count")
     groups = sizes(runs)
-    writer.add("curve.sizes", len(groups), "count")
-    writer.add("curve.sizes_with_pool", sum(1 for g in groups if g[0].result.run.tiered), "count")
-    writer.add("curve.repeats_min", min(len(g) for g in groups), "count")
-    writer.add("curve.repeats_max", max(len(g) for g in groups), "count")
-    writer.add("curve.requests", len(runs[0].result.table), "requests")
-    writer.add("curve.requests_all_equal", int(len({len(x.result.table) for x in runs}) == 1), "count")
-    writer.add("curve.failed", int(sum(x.bench["failed"] for x in runs)), "requests")
-    writer.add("curve.kv_cache_tokens", base.kv_cache_tokens, "tokens")
-    writer.add("curve.block_tokens", int(base.shape["block_tokens"]), "tokens")  # type: ignore[arg-type]
+    add("curve.runs", lambda: len(runs), "count", settings=True)  # the pinned launches (curve.records)
+    add("curve.sizes", lambda: len(sizes(runs)), "count")
+    add("curve.sizes_with_pool", lambda: sum(1 for g in groups if g[0].result.run.tiered), "count")
+    add("curve.repeats_min", lambda: min(len(g) for g in sizes(runs)), "count")
+    add("curve.repeats_max", lambda: max(len(g) for g in sizes(runs)), "count")
+    add("curve.requests", lambda: len(runs[0].result.run.requests), "requests")
+    add("curve.requests_all_equal", lambda: int(len({len(x.result.run.requests) for x in runs}) == 1), "count")
+    add("curve.failed", lambda: int(sum(x.bench["failed"] for x in runs)), "requests")
+    add("curve.kv_cache_tokens", lambda: base.kv_cache_tokens, "tokens")
+    add("curve.block_tokens", lambda: int(base.shape["block_tokens"]), "tokens")  # type: ignore[arg-type]
     chunked = [x.result.run for x in runs if x.result.run.tiered]
     if chunked:
-        writer.add("curve.chunk_tokens", int(chunked[0].shape["chunk_blocks"]) * int(chunked[0].shape["block_tokens"]), "tokens")  # type: ignore[arg-type]
-    sc, st = base.meta["scaling"], base.meta["stream"]
-    writer.add("curve.sessions", int(base.meta.get("sessions") or len(base.meta.get("session_ids") or [])), "count")
-    writer.add("curve.scale", float(sc["scale"]), "x")
-    writer.add("curve.in_flight", int(st["in_flight"]), "requests")
-    writer.add("curve.prompt_tokens", float(base.measured["prompt"]), "tokens")
-    writer.add("curve.flagged", sum(1 for x in runs if x.flagged), "count")
-    writer.add("curve.kept", sum(1 for x in runs if not x.flagged), "count")
-    writer.add("curve.load1_min", min(x.load.load1_mean for x in runs), "count", note="mean 1-minute load over a run, lowest run")
-    writer.add("curve.load1_max", max(x.load.load1_mean for x in runs), "count", note="mean 1-minute load over a run, highest run")
-    writer.add("curve.steal_max", max(x.load.steal_mean for x in runs), "fraction")
-    writer.add("curve.exact", int(sum(int(x.result.table.agrees.sum()) for x in runs)), "requests")
-    writer.add("curve.requests_all", int(sum(len(x.result.table) for x in runs)), "requests")
-    writer.reading()
-    writer.add("curve.load_threshold", float(load_threshold), "count", note="mean 1-minute load above which a run is flagged")
-    writer.add("curve.steal_threshold", float(steal_threshold), "fraction", note="mean CPU steal above which a run is flagged")
+        add("curve.chunk_tokens", lambda: int(chunked[0].shape["chunk_blocks"]) * int(chunked[0].shape["block_tokens"]), "tokens")  # type: ignore[arg-type]
+    add("curve.sessions", lambda: int(base.meta.get("sessions") or len(base.meta.get("session_ids") or [])), "count")
+    add("curve.scale", lambda: float(base.meta["scaling"]["scale"]), "x")
+    add("curve.in_flight", lambda: int(base.meta["stream"]["in_flight"]), "requests")
+    add("curve.prompt_tokens", lambda: float(base.measured["prompt"]), "tokens")
+    add("curve.flagged", lambda: sum(1 for x in runs if x.flagged), "count")
+    add("curve.kept", lambda: sum(1 for x in runs if not x.flagged), "count")
+    add("curve.load1_min", lambda: min(x.load.load1_mean for x in runs), "count", note="mean 1-minute load over a run, lowest run")
+    add("curve.load1_max", lambda: max(x.load.load1_mean for x in runs), "count", note="mean 1-minute load over a run, highest run")
+    add("curve.steal_max", lambda: max(x.load.steal_mean for x in runs), "fraction")
+    add("curve.exact", lambda: int(sum(int(x.result.table.agrees.sum()) for x in runs)), "requests")
+    add("curve.requests_all", lambda: int(sum(len(x.result.run.requests) for x in runs)), "requests")
+    add("curve.load_threshold", lambda: float(load_threshold), "count", settings=True,
+        note="mean 1-minute load above which a run is flagged")
+    add("curve.steal_threshold", lambda: float(steal_threshold), "fraction", settings=True,
+        note="mean CPU steal above which a run is flagged")
     for name, q in zip(("low", "mid", "high"), benchjson.PERCENTILES):
-        writer.add(f"curve.percentile.{name}", q, "count", note="a latency percentile the results JSON and Table 8 report")
-    writer.reading(*files)
-    worst_spread = worst_gap = 0.0
-    monotone = True
-    last_pool = -1.0
+        add(f"curve.percentile.{name}", lambda: q, "count", settings=True,
+            note="a latency percentile the results JSON and Table 8 report")
     for i, group in enumerate(groups):
         p = f"curve.size.{i}."
         r = group[0].result.run
-        writer.reading(*[x.path / f for x in group for f in RUN_FILES])
-        writer.add(p + "pool_bytes", r.pool_bytes, "B")
-        writer.add(p + "pool_tokens", r.pool_tokens, "tokens")
-        writer.add(p + "pool_chunks", int(r.shape["cpu_chunks"] or 0), "count")
-        writer.add(p + "pool_over_cache", r.pool_tokens / r.kv_cache_tokens, "x")
-        writer.add(p + "runs", len(group), "count")
-        kept = [x for x in group if not x.flagged] or group  # all flagged: the medians are of all, and say so
-        writer.add(p + "kept", sum(1 for x in group if not x.flagged), "count")
+        add(p + "pool_bytes", lambda: r.pool_bytes, "B")
+        add(p + "pool_tokens", lambda: r.pool_tokens, "tokens")
+        add(p + "pool_chunks", lambda: int(r.shape["cpu_chunks"] or 0), "count")
+        add(p + "pool_over_cache", lambda: r.pool_tokens / r.kv_cache_tokens, "x")
+        add(p + "runs", lambda: sum(1 for x in runs if x.result.run.pool_tokens == r.pool_tokens), "count")
+        add(p + "kept", lambda: sum(1 for x in group if not x.flagged), "count")
         for k in SHARES:
-            meas = [x.shares("measured")[k] for x in kept]
-            sim = [x.shares("simulated")[k] for x in kept]
-            if any(math.isnan(v) for v in meas + sim):
+            meas = lambda: [x.shares("measured")[k] for x in _kept(group)]  # noqa: E731
+            sim = lambda: [x.shares("simulated")[k] for x in _kept(group)]  # noqa: E731
+            if any(math.isnan(v) for v in meas() + sim()):
                 continue
-            for stat, v in _stats(meas).items():
-                writer.add(p + f"measured.{k}.{stat}", v, "fraction")
-            writer.add(p + f"measured.{k}.spread_points", 100 * (max(meas) - min(meas)), "count",
-                       note="largest less smallest over the kept runs, percentage points")
-            writer.add(p + f"simulated.{k}.median", float(np.median(sim)), "fraction")
-            gap = 100 * (float(np.median(sim)) - float(np.median(meas)))
-            writer.add(p + f"simulated.{k}.error_points", gap, "count", note="simulated median less measured median, points")
-            per_run = max(abs(a - b) for a, b in zip(sim, meas)) * 100
-            writer.add(p + f"simulated.{k}.worst_run_points", per_run, "count")
-            if k in ("share_pool", "pool_share_of_misses"):
-                worst_spread = max(worst_spread, 100 * (max(meas) - min(meas)))
-            if k in ("share_gpu", "share_pool", "share_computed"):
-                worst_gap = max(worst_gap, per_run)
-        pool_med = float(np.median([x.shares("measured")["share_pool"] for x in kept]))
-        monotone &= pool_med >= last_pool - 1e-12
-        last_pool = pool_med
-        writer.add(p + "exact", int(sum(int(x.result.table.agrees.sum()) for x in group)), "requests")
-        writer.add(p + "requests", int(sum(len(x.result.table) for x in group)), "requests")
+            for stat in ("median", "min", "max"):
+                add(p + f"measured.{k}.{stat}", lambda: _stats(meas())[stat], "fraction")
+            add(p + f"measured.{k}.spread_points", lambda: 100 * (max(meas()) - min(meas())), "count",
+                note="largest less smallest over the kept runs, percentage points")
+            add(p + f"simulated.{k}.median", lambda: float(np.median(sim())), "fraction")
+            add(p + f"simulated.{k}.error_points", lambda: 100 * (float(np.median(sim())) - float(np.median(meas()))), "count",
+                note="simulated median less measured median, points")
+            add(p + f"simulated.{k}.worst_run_points", lambda: max(abs(a - b) for a, b in zip(sim(), meas())) * 100, "count")
+        add(p + "exact", lambda: int(sum(int(x.result.table.agrees.sum()) for x in group)), "requests")
+        add(p + "requests", lambda: int(sum(len(x.result.run.requests) for x in group)), "requests")
         for m in ("ttft", "tpot", "itl"):
             for q in benchjson.PERCENTILES:
-                vals = [float(x.bench[f"p{q}_{m}_ms"]) for x in kept]
-                for stat, v in _stats(vals).items():
-                    writer.add(p + f"p{q}_{m}_ms.{stat}", v, "ms")
+                for stat in ("median", "min", "max"):
+                    add(p + f"p{q}_{m}_ms.{stat}", lambda: _stats([float(x.bench[f"p{q}_{m}_ms"]) for x in _kept(group)])[stat], "ms")
         for j, x in enumerate(group):
             q = p + f"run.{j}."
-            writer.reading(*[x.path / f for f in RUN_FILES])
-            writer.add(q + "flagged", int(x.flagged), "count")
-            writer.add(q + "load1_mean", x.load.load1_mean, "count")
-            writer.add(q + "load1_max", x.load.load1_max, "count")
-            writer.add(q + "steal_mean", x.load.steal_mean, "fraction")
+            add(q + "flagged", lambda: int(x.flagged), "count")
+            add(q + "load1_mean", lambda: x.load.load1_mean, "count")
+            add(q + "load1_max", lambda: x.load.load1_max, "count")
+            add(q + "steal_mean", lambda: x.load.steal_mean, "fraction")
             for k in ("share_pool", "pool_share_of_misses"):
-                v = x.shares("measured")[k]
-                if not math.isnan(v):
-                    writer.add(q + f"measured.{k}", v, "fraction")
+                if not math.isnan(x.shares("measured")[k]):
+                    add(q + f"measured.{k}", lambda: x.shares("measured")[k], "fraction")
             for m in ("ttft", "tpot", "itl"):
                 for pq in benchjson.PERCENTILES:
-                    writer.add(q + f"p{pq}_{m}_ms", float(x.bench[f"p{pq}_{m}_ms"]), "ms")
-    writer.reading(*files)
-    diffs = [100 * abs(x.shares("measured")[k] - float(np.median([y.shares("measured")[k] for y in g if not y.flagged])))
-             for g in groups if any(not y.flagged for y in g) for x in g if x.flagged
-             for k in ("share_gpu", "share_pool", "share_computed")]
-    if diffs:
-        writer.add("curve.flagged_max_diff_points", max(diffs), "count",
-                   note="largest gap between a flagged run's share and its size's median over the kept runs, points")
-    writer.add("curve.worst_spread_points", worst_spread, "count", note="largest same-size spread of the pool's two shares, points")
-    writer.add("curve.worst_error_points", worst_gap, "count", note="largest gap, simulated less measured, any run and source, points")
-    writer.add("curve.pool_share_monotone", int(monotone), "count", note="1: the median pool share never falls as the pool grows")
+                    add(q + f"p{pq}_{m}_ms", lambda: float(x.bench[f"p{pq}_{m}_ms"]), "ms")
+    _register_overall(add, groups)
+
+
+def _register_overall(add: Any, groups: list[list[CurveRun]]) -> None:
+    """The curve's worst spread, worst gap, flagged runs' gap and whether the pool share grows."""
+    def diffs() -> list[float]:
+        return [100 * abs(x.shares("measured")[k] - float(np.median([y.shares("measured")[k] for y in g if not y.flagged])))
+                for g in groups if any(not y.flagged for y in g) for x in g if x.flagged
+                for k in ("share_gpu", "share_pool", "share_computed")]
+
+    def worst(kinds: tuple[str, ...], spread: bool) -> float:
+        out = 0.0
+        for g in groups:
+            for k in kinds:
+                meas = [x.shares("measured")[k] for x in _kept(g)]
+                sim = [x.shares("simulated")[k] for x in _kept(g)]
+                if any(math.isnan(v) for v in meas + sim):
+                    continue
+                out = max(out, 100 * (max(meas) - min(meas)) if spread else max(abs(a - b) for a, b in zip(sim, meas)) * 100)
+        return out
+
+    def monotone() -> int:
+        meds = [float(np.median([x.shares("measured")["share_pool"] for x in _kept(g)])) for g in groups]
+        return int(all(b >= a - 1e-12 for a, b in zip([-1.0] + meds, meds)))
+
+    if diffs():
+        add("curve.flagged_max_diff_points", lambda: max(diffs()), "count",
+            note="largest gap between a flagged run's share and its size's median over the kept runs, points")
+    add("curve.worst_spread_points", lambda: worst(("share_pool", "pool_share_of_misses"), True), "count",
+        note="largest same-size spread of the pool's two shares, points")
+    add("curve.worst_error_points", lambda: worst(("share_gpu", "share_pool", "share_computed"), False), "count",
+        note="largest gap, simulated less measured, any run and source, points")
+    add("curve.pool_share_monotone", monotone, "count", note="1: the median pool share never falls as the pool grows")
 
 
 def _style() -> dict[str, dict]:
@@ -298,7 +295,8 @@ class Timing:
     start to stop) and run.yaml's wait for /health. A sweep is one round of the interleaved order
     (every size once, by recorded start time, never by folder name); its span runs from its first
     launch's start to its last one's end, waits for the server lock included, and `alone` sums its
-    launches' own times (what the round takes on a machine nobody else uses)."""
+    launches' own times (what the round takes on a machine nobody else uses). Each field touches
+    the files it was computed from (`sources`, records.touch)."""
 
     launch_s: list[float]
     health_s: list[float]
@@ -306,29 +304,26 @@ class Timing:
     sweep_alone_s: list[float]
     experiment_s: float
     experiment_alone_s: float
+    sources: dict[str, frozenset[str]] = field(default_factory=dict, repr=False, compare=False)
+
+    def __getattribute__(self, name: str) -> Any:
+        if not name.startswith("_") and name != "sources":
+            touch(*object.__getattribute__(self, "sources").get(name, ()))
+        return object.__getattribute__(self, name)
 
 
 def timing(runs: list[CurveRun]) -> Timing:
     """The curve's times (see Timing). A round that does not hold every size once is refused."""
-    from datetime import datetime
-
-    from ..yamlio import load_yaml
-
-    spans = []
-    for x in runs:
-        path = x.path / "host.yaml"
-        obs = (load_yaml(path.read_text(encoding="utf-8")) or {}).get("observation") or {}
-        try:
-            start, end = datetime.fromisoformat(str(obs["start"])), datetime.fromisoformat(str(obs["end"]))
-        except (KeyError, ValueError) as e:
-            raise RawRecordError(path, f"no observation start and end ({e}): the launch's time is unknown") from None
-        if end <= start:
-            raise RawRecordError(path, f"observation ends ({end}) before it starts ({start})")
-        health = x.result.run.meta["server"].get("health_wait_s")
-        if not isinstance(health, (int, float)):
-            raise RawRecordError(x.path / "run.yaml", f"server.health_wait_s is {health!r}: no start-up time")
-        spans.append((start, end, x.result.run.pool_tokens, float(health)))
-    spans.sort(key=lambda s: s[0])
+    with scope() as obs_files:
+        obs = [x.result.run.observation() for x in runs]  # host.yaml
+    with scope() as health_files:
+        health = [x.result.run.meta["server"].get("health_wait_s") for x in runs]  # run.yaml
+    with scope() as size_files:
+        pools = [x.result.run.pool_tokens for x in runs]  # the server's records
+    for x, h in zip(runs, health):
+        if not isinstance(h, (int, float)):
+            raise RawRecordError(x.path / RUN_YAML, f"server.health_wait_s is {h!r}: no start-up time")
+    spans = sorted(((start, end, pool, float(h)) for (start, end), pool, h in zip(obs, pools, health)), key=lambda s: s[0])
     n = len({s[2] for s in spans})
     rounds = [spans[i:i + n] for i in range(0, len(spans), n)]
     for r in rounds:
@@ -336,18 +331,21 @@ def timing(runs: list[CurveRun]) -> Timing:
             raise RawRecordError(runs[0].path.parent, "the launches in start order are not rounds of every size once: "
                                                       "not an interleaved curve, so no sweep time")
     own = [(e - s).total_seconds() for s, e, _, _ in spans]
+    o, rs = frozenset(obs_files), frozenset(obs_files | size_files)
     return Timing(own, [s[3] for s in spans], [(r[-1][1] - r[0][0]).total_seconds() for r in rounds],
                   [sum((e - s).total_seconds() for s, e, _, _ in r) for r in rounds],
-                  (spans[-1][1] - spans[0][0]).total_seconds(), float(sum(own)))
+                  (spans[-1][1] - spans[0][0]).total_seconds(), float(sum(own)),
+                  {"launch_s": o, "health_s": frozenset(health_files), "sweep_s": rs, "sweep_alone_s": rs,
+                   "experiment_s": o, "experiment_alone_s": o})
 
 
 def register_timing(writer: Any, runs: list[CurveRun]) -> None:
     """curve.time.*: each launch, its wait for /health, each sweep (round) and the whole experiment."""
+    add = traced_adder(writer)
     t = timing(runs)
-    writer.reading(*[x.path / f for x in runs for f in ("host.yaml", "run.yaml")])
-    for name, values in (("launch", t.launch_s), ("health", t.health_s), ("sweep", t.sweep_s), ("sweep_alone", t.sweep_alone_s)):
-        for stat, v in _stats(values).items():
-            writer.add(f"curve.time.{name}.{stat}", float(v), "s")
-    writer.add("curve.time.sweeps", len(t.sweep_s), "count")
-    writer.add("curve.time.experiment", t.experiment_s, "s", note="first launch's start to last launch's end")
-    writer.add("curve.time.experiment_alone", t.experiment_alone_s, "s", note="the launches' own times, summed")
+    for name in ("launch", "health", "sweep", "sweep_alone"):
+        for stat in ("median", "min", "max"):
+            add(f"curve.time.{name}.{stat}", lambda: float(_stats(getattr(t, f"{name}_s"))[stat]), "s")
+    add("curve.time.sweeps", lambda: len(t.sweep_s), "count")
+    add("curve.time.experiment", lambda: t.experiment_s, "s", note="first launch's start to last launch's end")
+    add("curve.time.experiment_alone", lambda: t.experiment_alone_s, "s", note="the launches' own times, summed")

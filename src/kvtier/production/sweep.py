@@ -1,15 +1,14 @@
 """A measured pool-size sweep on vLLM's CPU build, beside the simulator's prediction of it.
 
-Each run is one kvtier replay capture (run.yaml, client.jsonl, metrics_start.prom, metrics.prom,
-server.log) of the same public sessions at one pool size. Per run:
+Each run is one kvtier replay run record (kvtier.records.replayrun: read and checked there; this
+module opens no file) of the same public sessions at one pool size. Per run:
 
-- measured: prompt tokens by source from the server's counters (final snapshot less the first),
-  the production pipeline's parser and `token_sources`;
+- measured: prompt tokens by source from the server's counters (final snapshot less the first);
 - predicted: the same request stream, as the run's own record keeps it (sent_blocks.npz: every
   answered prompt as chained block ids at the server's block size, kvtier.replay.sent; the public
   trace it came from is not committed), in the order the server received the requests
   (client.jsonl `sent_s`), replayed through kvtier.sim at the GPU cache and pool read from the
-  run's own records (cache_config_info, the offload worker's startup line; kvtier.lab.live), the pool's
+  run's own records (cache_config_info, the offload worker's startup line; records.geometry), the pool's
   stores offered per scheduler step at the budget the server log gives (kvtier.step_budget);
 - per request: the usage field `cached_tokens` (GPU + pool) against the prediction.
 
@@ -33,117 +32,35 @@ import numpy as np
 import pandas as pd
 
 from ..errors import RawRecordError
-from ..lab.live import shape_from
-from ..replay import sent
+from ..numbers import traced_adder
+from ..records import replayrun
+from ..records.clientlog import ANSWERED_FIELDS, CLIENT_FIELDS, FAILED_FIELDS, read_client_log  # noqa: F401 (re-exported)
+from ..records.touch import scope, touch
 from ..sim import TieredCache, fast
 from ..sim.requests import Request, prompt_request
 from ..sim.resident import Admission, ResidentCache, replay_admitted
-from ..step_budget import step_tokens_of
-from . import runcontract
-from .analysis import token_sources
-from ..records.clientlog import ANSWERED_FIELDS, CLIENT_FIELDS, FAILED_FIELDS, read_client_log  # noqa: F401 (re-exported)
-from ..records.prometheus import Snapshot, read_prometheus
-from ..yamlio import load_yaml
 
 GIB = 2**30
 SOURCES = ("gpu", "pool", "computed")
 MODELS = ("measured", "simulated", "sequential")  # counters; the replay as the server ran it; one at a time
 TTFT_PERCENTILES = (50, 90, 99)  # of the client's time to the first streamed chunk (vllm bench serve's TTFT)
 NEAR_BLOCKS = 2  # a prediction off by at most this many blocks counts as near (the table's second count)
-RUN_FILES = ("run.yaml", "client.jsonl", "metrics_start.prom", "metrics.prom", "server.log", sent.NAME)
+RUN_FILES = replayrun.REQUIRED
 
-
-@dataclass(frozen=True)
-class SweepRun:
-    path: Path
-    meta: dict[str, Any]          # run.yaml
-    requests: pd.DataFrame        # answered requests, in the order the server received them
-    shape: dict[str, int | None]  # block_tokens, kv_blocks, chunk_blocks, cpu_chunks, step_tokens (kvtier.step_budget)
-    measured: dict[str, float]    # tokens by source over the run (token_sources' keys)
-    preemptions: float
-    stored_chunks: float | None   # offloaded blocks the server stored: its store-bytes counter / bytes of a block
-
-    @property
-    def pool_bytes(self) -> int:
-        return int(round(float(self.meta["server"].get("offload_gib") or 0) * GIB)) if self.tiered else 0
-
-    @property
-    def tiered(self) -> bool:
-        return self.shape["cpu_chunks"] is not None
-
-    @property
-    def pool_tokens(self) -> int:
-        s = self.shape
-        return int(s["cpu_chunks"] * s["chunk_blocks"] * s["block_tokens"]) if self.tiered else 0  # type: ignore[operator]
-
-    @property
-    def kv_cache_tokens(self) -> int:
-        return int(self.shape["kv_blocks"]) * int(self.shape["block_tokens"])  # type: ignore[arg-type]
-
-
-def _delta(end: Snapshot, start: Snapshot) -> dict[str, float]:
-    """Prompt tokens by source over the run (token_sources' prompt, gpu, pool, computed, missed):
-    the final snapshot's counters less the first's."""
-    last = token_sources(end)
-    out = {k: float(last[k]) for k in ("prompt", "gpu", "pool", "computed")}
-    if start.has("vllm:prompt_tokens_by_source_total"):
-        first = start.by_label("vllm:prompt_tokens_by_source_total", "source")
-        out["gpu"] -= float(first.get("local_cache_hit", 0.0))
-        out["pool"] -= float(first.get("external_kv_transfer", 0.0))
-        out["computed"] -= float(first.get("local_compute", 0.0))
-        out["prompt"] -= float(start.value("vllm:prompt_tokens_total"))
-    out["missed"] = out["pool"] + out["computed"]
-    return out
-
-
-def read_run(run_dir: str | Path) -> SweepRun:
-    """One sweep run's records, checked against each other: the counters' prompt tokens are those of
-    the answered requests, and a run with a pool (run.yaml) has the offload worker's startup line."""
-    run_dir = Path(run_dir)
-    for name in RUN_FILES:
-        if not (run_dir / name).is_file():
-            raise RawRecordError(run_dir / name, "missing: a sweep run needs " + ", ".join(RUN_FILES))
-    meta = load_yaml((run_dir / "run.yaml").read_text(encoding="utf-8"))
-    for key in ("trace", "scaling", "server"):
-        if not isinstance(meta, dict) or key not in meta:
-            raise RawRecordError(run_dir / "run.yaml", f"no {key!r} entry (not a kvtier replay run record)")
-    log = runcontract.check_run_folder(run_dir)  # counters, one server run, one geometry, job lines
-    answered = read_client_log(run_dir / "client.jsonl", run_seconds=runcontract.observation_seconds(run_dir / "host.yaml"))
-    reqs = answered.sort_values(["sent_s", "line"], kind="stable").reset_index(drop=True)
-    reqs.attrs.update(answered.attrs)
-    worker = log.worker
-    shape = shape_from(run_dir / "metrics_start.prom", worker)
-    shape["step_tokens"] = step_tokens_of(run_dir / "server.log")  # the scheduler's budget: when stores are offered
-    tier = meta["server"].get("tier")
-    if (tier == "none") != (shape["cpu_chunks"] is None):
-        raise RawRecordError(run_dir / "server.log", f"run.yaml says tier {tier!r}, but the offload worker's startup line is "
-                                                     f"{'present' if shape['cpu_chunks'] is not None else 'missing'}")
-    end, start = read_prometheus(run_dir / "metrics.prom"), read_prometheus(run_dir / "metrics_start.prom")
-    measured = _delta(end, start)
-    sent_tokens = int(reqs.prompt_tokens_sent.sum())
-    if measured["prompt"] != sent_tokens:
-        raise RawRecordError(run_dir / "metrics.prom", f"the counters grew by {measured['prompt']:.0f} prompt tokens, "
-                                                      f"the answered requests of client.jsonl sent {sent_tokens}")
-    if abs(measured["gpu"] + measured["pool"] - float(reqs.cached_tokens.sum())) > 0:
-        raise RawRecordError(run_dir / "metrics.prom", f"the counters credit {measured['gpu'] + measured['pool']:.0f} tokens to "
-                                                      f"the KV cache and the pool, usage in client.jsonl {int(reqs.cached_tokens.sum())}")
-    pre = end.value("vllm:num_preemptions_total") - (start.value("vllm:num_preemptions_total") if start.has("vllm:num_preemptions_total") else 0.0)
-    stored = None
-    if worker is not None:
-        name = "vllm:kv_offload_store_bytes_total"
-        stored = (end.value(name) - (start.value(name) if start.has(name) else 0.0)) / worker["bytes_per_offloaded_block"]
-    return SweepRun(run_dir, meta, reqs, shape, measured, pre, stored)
+# A sweep run is a kvtier replay run record (kvtier.records.replayrun), by its old names here.
+SweepRun = replayrun.ReplayRun
+read_run = replayrun.read
 
 
 def stream(run: SweepRun) -> list[Request]:
     """The simulator's view of the requests the run answered, in the order the server received
     them: each prompt's block ids from sent_blocks.npz (checked against the client log, line by
     line), the answer's KV (max_tokens - 1 tokens: the last one sampled is never fed back)."""
-    path = run.path / sent.NAME
     B = int(run.shape["block_tokens"])  # type: ignore[arg-type]
-    if sent.block_tokens_of(path) != B:
-        raise RawRecordError(path, f"blocks of {sent.block_tokens_of(path)} tokens, the server's are {B} (cache_config_info)")
-    chains = sent.read(path, run.path / "client.jsonl")
+    if run.sent_block_tokens() != B:
+        raise RawRecordError(run.file(replayrun.SENT), f"blocks of {run.sent_block_tokens()} tokens, the server's are {B} "
+                                                       "(cache_config_info)")
+    chains = run.sent()
     return [prompt_request(iter(chains[(r.session, r.index)][1].tolist()), r.prompt_tokens_sent, B,
                            generated=r.max_tokens - 1, label=f"{r.session}:{r.index}") for r in run.requests.itertuples()]
 
@@ -207,9 +124,18 @@ def shares(tokens: dict[str, float]) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class RunResult:
+    """A run and both replays of its stream; `table` and `admission` touch the files the
+    replays read (`sources`, records.touch), so a number computed from them names those."""
+
     run: SweepRun
     table: pd.DataFrame
     admission: Admission
+    sources: frozenset[str] = frozenset()
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in ("table", "admission"):
+            touch(*object.__getattribute__(self, "sources"))
+        return object.__getattribute__(self, name)
 
     def tokens(self, model: str) -> dict[str, float]:
         if model == "measured":
@@ -218,13 +144,16 @@ class RunResult:
         return {s: float(self.table[f"{p}_{s}_tokens"].sum()) for s in SOURCES}
 
 
+def replayed(run: SweepRun) -> RunResult:
+    """Both replays of the run's stream, with the files they read (records.touch)."""
+    with scope() as seen:
+        table, admission = predict(run, stream(run))
+    return RunResult(run, table, admission, frozenset(seen))
+
+
 def analyse(run_dirs: Iterable[str | Path]) -> list[RunResult]:
     """Every run, ordered by pool size; all must share the KV cache and the stream's scaling."""
-    results = []
-    for d in run_dirs:
-        run = read_run(d)
-        table, admission = predict(run, stream(run))
-        results.append(RunResult(run, table, admission))
+    results = [replayed(read_run(d)) for d in run_dirs]
     results.sort(key=lambda x: (x.run.pool_tokens, str(x.run.path)))
     base = results[0].run
     for x in results[1:]:
@@ -252,95 +181,98 @@ def requests_table(results: list[RunResult]) -> pd.DataFrame:
     return pd.concat([x.table.assign(run=x.run.path.as_posix(), pool_tokens=x.run.pool_tokens) for x in results], ignore_index=True)
 
 
+def _gap(x: RunResult, model: str) -> float:
+    """The largest gap of any share between `model` and the counters (a fraction)."""
+    m, sh = shares(x.tokens("measured")), shares(x.tokens(model))
+    return max(abs(sh[f"share_{s}"] - m[f"share_{s}"]) for s in SOURCES)
+
+
+def _near(x: RunResult) -> int:
+    return int((abs(x.table.cached_tokens - x.table.pred_gpu_tokens - x.table.pred_pool_tokens)
+                <= NEAR_BLOCKS * int(x.run.shape["block_tokens"])).sum())  # type: ignore[arg-type]
+
+
 def register_numbers(writer: Any, results: list[RunResult]) -> None:
     """sweepcpu.*: the sweep's fixed settings, then per run (sweepcpu.run.<i>, smallest pool first)
-    its pool, the measured and predicted shares, their differences and the per-request agreement."""
+    its pool, the measured and predicted shares, their differences and the per-request agreement.
+    Each number names the files its computation read (records.touch: a run's fields and its
+    replays touch their own files), not a list written beside it."""
+    add = traced_adder(writer)
     base = results[0].run
-    writer.reading(*[x.run.path / f for x in results for f in RUN_FILES])
-    writer.add("sweepcpu.runs", len(results), "count")
-    writer.add("sweepcpu.kv_cache_tokens", base.kv_cache_tokens, "tokens")
-    writer.add("sweepcpu.block_tokens", int(base.shape["block_tokens"]), "tokens")  # type: ignore[arg-type]
-    budgets = {x.run.shape.get("step_tokens") for x in results}
-    if len(budgets) == 1 and None not in budgets:
-        writer.add("sweepcpu.step_tokens", int(budgets.pop()), "tokens", note="the scheduler's token budget per step (kvtier.step_budget)")
+    add("sweepcpu.runs", lambda: len(results), "count", settings=True)  # the configured runs (sweep.runs)
+    add("sweepcpu.kv_cache_tokens", lambda: base.kv_cache_tokens, "tokens")
+    add("sweepcpu.block_tokens", lambda: int(base.shape["block_tokens"]), "tokens")  # type: ignore[arg-type]
+    budgets = lambda: {x.run.shape.get("step_tokens") for x in results}  # noqa: E731 (every run's, they must agree)
+    if len(budgets()) == 1 and None not in budgets():
+        add("sweepcpu.step_tokens", lambda: int(next(iter(budgets()))), "tokens",
+            note="the scheduler's token budget per step (kvtier.step_budget)")
     chunked = [x.run for x in results if x.run.tiered]
     if chunked:
-        writer.add("sweepcpu.chunk_tokens", int(chunked[0].shape["chunk_blocks"]) * int(chunked[0].shape["block_tokens"]), "tokens")  # type: ignore[arg-type]
-    sc = base.meta["scaling"]
-    writer.add("sweepcpu.sessions", int(base.meta.get("sessions") or 0), "count")
-    writer.add("sweepcpu.scale", float(sc["scale"]), "x")
-    writer.add("sweepcpu.compress", float(sc["compress"]), "x")
-    writer.add("sweepcpu.session_gap", float(sc["session_gap_s"]), "s")
-    worst = worst_seq = 0.0
+        add("sweepcpu.chunk_tokens", lambda: int(chunked[0].shape["chunk_blocks"]) * int(chunked[0].shape["block_tokens"]), "tokens")  # type: ignore[arg-type]
+    add("sweepcpu.sessions", lambda: int(base.meta.get("sessions") or 0), "count")
+    add("sweepcpu.scale", lambda: float(base.meta["scaling"]["scale"]), "x")
+    add("sweepcpu.compress", lambda: float(base.meta["scaling"]["compress"]), "x")
+    add("sweepcpu.session_gap", lambda: float(base.meta["scaling"]["session_gap_s"]), "s")
     for i, x in enumerate(results):
-        writer.reading(*[x.run.path / f for f in RUN_FILES])
         p = f"sweepcpu.run.{i}."
         r = x.run
-        writer.add(p + "pool_bytes", r.pool_bytes, "B")
-        writer.add(p + "pool_tokens", r.pool_tokens, "tokens")
-        writer.add(p + "pool_chunks", int(r.shape["cpu_chunks"] or 0), "count")
-        writer.add(p + "pool_over_cache", r.pool_tokens / r.kv_cache_tokens, "x")
-        writer.add(p + "requests", len(x.table), "requests")
-        writer.add(p + "prompt_tokens", float(r.measured["prompt"]), "tokens")
-        writer.add(p + "preemptions", float(r.preemptions), "count")
+        add(p + "pool_bytes", lambda: r.pool_bytes, "B")
+        add(p + "pool_tokens", lambda: r.pool_tokens, "tokens")
+        add(p + "pool_chunks", lambda: int(r.shape["cpu_chunks"] or 0), "count")
+        add(p + "pool_over_cache", lambda: r.pool_tokens / r.kv_cache_tokens, "x")
+        add(p + "requests", lambda: len(r.requests), "requests")
+        add(p + "prompt_tokens", lambda: float(r.measured["prompt"]), "tokens")
+        add(p + "preemptions", lambda: float(r.preemptions), "count")
         for model in MODELS:
             for k, v in shares(x.tokens(model)).items():
                 if not math.isnan(v):
-                    writer.add(p + f"{model}.{k}", v, "fraction")
-        m = shares(x.tokens("measured"))
+                    add(p + f"{model}.{k}", lambda: shares(x.tokens(model))[k], "fraction")
         for model in ("simulated", "sequential"):
-            sh = shares(x.tokens(model))
-            gaps = [sh[f"share_{s}"] - m[f"share_{s}"] for s in SOURCES]
-            for s, g in zip(SOURCES, gaps):
-                writer.add(p + f"{model}.diff_points_{s}", 100 * g, "count", note="simulated share less measured, percentage points")
-            writer.add(p + f"{model}.worst_points", 100 * max(map(abs, gaps)), "count")
-            if model == "simulated":
-                worst = max(worst, max(map(abs, gaps)))
-            else:
-                worst_seq = max(worst_seq, max(map(abs, gaps)))
+            for s in SOURCES:
+                add(p + f"{model}.diff_points_{s}",
+                    lambda: 100 * (shares(x.tokens(model))[f"share_{s}"] - shares(x.tokens("measured"))[f"share_{s}"]),
+                    "count", note="simulated share less measured, percentage points")
+            add(p + f"{model}.worst_points", lambda: 100 * _gap(x, model), "count")
         if r.stored_chunks is not None:
-            writer.add(p + "stored_chunks", float(r.stored_chunks), "blocks", note="offloaded blocks stored: store-bytes counter / bytes of a block")
-            for model, n in x.table.attrs["stored_chunks"].items():
-                writer.add(p + f"{model}.stored_chunks", int(n), "blocks")
+            add(p + "stored_chunks", lambda: float(r.stored_chunks), "blocks",  # type: ignore[arg-type]
+                note="offloaded blocks stored: store-bytes counter / bytes of a block")
+            for model in x.table.attrs["stored_chunks"]:
+                add(p + f"{model}.stored_chunks", lambda: int(x.table.attrs["stored_chunks"][model]), "blocks")
         for q in TTFT_PERCENTILES:  # the run's own request set; ITL and TPOT need chunk times these runs did not keep
-            writer.add(p + f"p{q}_ttft_ms", 1000 * float(np.percentile(r.requests.first_chunk_s, q)), "ms")
-        writer.add(p + "agree", int(x.table.agrees.sum()), "requests")
-        writer.add(p + "sequential.agree", int(x.table.seq_agrees.sum()), "requests")
-        writer.add(p + "waited", x.admission.waited, "requests")
-        writer.add(p + "forced", x.admission.forced, "requests")
-        writer.add(p + "max_running", x.admission.max_running, "requests")
-    writer.reading(*[x.run.path / f for x in results for f in RUN_FILES])
-    writer.add("sweepcpu.worst_points", 100 * worst, "count", note="largest gap of any share, any run, percentage points")
-    gaps = [max(abs(a - b) for a, b in zip(*[[shares(x.tokens(k))[f"share_{s}"] for s in SOURCES] for k in ("simulated", "measured")]))
-            for x in results]
-    writer.add("sweepcpu.worst_run", int(max(range(len(results)), key=gaps.__getitem__)), "count", note="index of the run with the largest gap")
-    writer.add("sweepcpu.sequential.worst_points", 100 * worst_seq, "count")
-    writer.add("sweepcpu.requests", int(sum(len(x.table) for x in results)), "requests")
-    writer.add("sweepcpu.waited", int(sum(x.admission.waited for x in results)), "requests")
-    writer.add("sweepcpu.forced", int(sum(x.admission.forced for x in results)), "requests")
-    writer.add("sweepcpu.preemptions", float(sum(x.run.preemptions for x in results)), "count")
-    writer.add("sweepcpu.max_running", int(max(x.admission.max_running for x in results)), "requests")
-    writer.add("sweepcpu.with_pool", sum(1 for x in results if x.run.tiered), "count")
-    writer.add("sweepcpu.without_pool", sum(1 for x in results if not x.run.tiered), "count")
-    durations = [float(x.run.meta.get("max_duration_s") or 0.0) for x in results]
-    writer.add("sweepcpu.max_duration_min", min(durations), "s")
-    writer.add("sweepcpu.max_duration_max", max(durations), "s")
-    writer.add("sweepcpu.requests_min", int(min(len(x.table) for x in results)), "requests")
-    writer.add("sweepcpu.requests_max", int(max(len(x.table) for x in results)), "requests")
-    gpu = [shares(x.tokens("measured"))["share_gpu"] for x in results]
-    writer.add("sweepcpu.measured.share_gpu_min", min(gpu), "fraction")
-    writer.add("sweepcpu.measured.share_gpu_max", max(gpu), "fraction")
-    near = sum(int((abs(x.table.cached_tokens - x.table.pred_gpu_tokens - x.table.pred_pool_tokens)
-                    <= NEAR_BLOCKS * int(x.run.shape["block_tokens"])).sum()) for x in results)  # type: ignore[arg-type]
-    writer.reading()
-    writer.add("sweepcpu.near_blocks", NEAR_BLOCKS, "blocks")
-    writer.reading(*[x.run.path / f for x in results for f in RUN_FILES])
-    writer.add("sweepcpu.within_near_blocks", near, "requests", note="requests whose predicted cached tokens are within near_blocks blocks")
-    agree = int(sum(int(x.table.agrees.sum()) for x in results))
-    writer.add("sweepcpu.missed", int(sum(len(x.table) for x in results)) - agree, "requests")
-    writer.add("sweepcpu.near_not_exact", near - agree, "requests")
-    writer.add("sweepcpu.agree", int(sum(int(x.table.agrees.sum()) for x in results)), "requests")
-    writer.add("sweepcpu.sequential.agree", int(sum(int(x.table.seq_agrees.sum()) for x in results)), "requests")
+            add(p + f"p{q}_ttft_ms", lambda: 1000 * float(np.percentile(r.requests.first_chunk_s, q)), "ms")
+        add(p + "agree", lambda: int(x.table.agrees.sum()), "requests")
+        add(p + "sequential.agree", lambda: int(x.table.seq_agrees.sum()), "requests")
+        add(p + "waited", lambda: x.admission.waited, "requests")
+        add(p + "forced", lambda: x.admission.forced, "requests")
+        add(p + "max_running", lambda: x.admission.max_running, "requests")
+    add("sweepcpu.worst_points", lambda: 100 * max(_gap(x, "simulated") for x in results), "count",
+        note="largest gap of any share, any run, percentage points")
+    add("sweepcpu.worst_run", lambda: int(max(range(len(results)), key=[_gap(x, "simulated") for x in results].__getitem__)),
+        "count", note="index of the run with the largest gap")
+    add("sweepcpu.sequential.worst_points", lambda: 100 * max(_gap(x, "sequential") for x in results), "count")
+    add("sweepcpu.requests", lambda: int(sum(len(x.run.requests) for x in results)), "requests")
+    add("sweepcpu.waited", lambda: int(sum(x.admission.waited for x in results)), "requests")
+    add("sweepcpu.forced", lambda: int(sum(x.admission.forced for x in results)), "requests")
+    add("sweepcpu.preemptions", lambda: float(sum(x.run.preemptions for x in results)), "count")
+    add("sweepcpu.max_running", lambda: int(max(x.admission.max_running for x in results)), "requests")
+    add("sweepcpu.with_pool", lambda: sum(1 for x in results if x.run.tiered), "count")
+    add("sweepcpu.without_pool", lambda: sum(1 for x in results if not x.run.tiered), "count")
+    durations = lambda: [float(x.run.meta.get("max_duration_s") or 0.0) for x in results]  # noqa: E731
+    add("sweepcpu.max_duration_min", lambda: min(durations()), "s")
+    add("sweepcpu.max_duration_max", lambda: max(durations()), "s")
+    add("sweepcpu.requests_min", lambda: int(min(len(x.run.requests) for x in results)), "requests")
+    add("sweepcpu.requests_max", lambda: int(max(len(x.run.requests) for x in results)), "requests")
+    gpu = lambda: [shares(x.tokens("measured"))["share_gpu"] for x in results]  # noqa: E731
+    add("sweepcpu.measured.share_gpu_min", lambda: min(gpu()), "fraction")
+    add("sweepcpu.measured.share_gpu_max", lambda: max(gpu()), "fraction")
+    add("sweepcpu.near_blocks", lambda: NEAR_BLOCKS, "blocks", settings=True)
+    add("sweepcpu.within_near_blocks", lambda: sum(_near(x) for x in results), "requests",
+        note="requests whose predicted cached tokens are within near_blocks blocks")
+    agree = lambda: int(sum(int(x.table.agrees.sum()) for x in results))  # noqa: E731
+    add("sweepcpu.missed", lambda: int(sum(len(x.run.requests) for x in results)) - agree(), "requests")
+    add("sweepcpu.near_not_exact", lambda: sum(_near(x) for x in results) - agree(), "requests")
+    add("sweepcpu.agree", agree, "requests")
+    add("sweepcpu.sequential.agree", lambda: int(sum(int(x.table.seq_agrees.sum()) for x in results)), "requests")
 
 
 # Each run is one point: the runs do not lie on one curve (each sends its own stream), so no

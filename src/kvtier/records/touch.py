@@ -197,3 +197,37 @@ class PathTouching(Touching):
     @property
     def _kvtier_sources(self) -> frozenset[str]:  # type: ignore[override]
         return frozenset(_norm([object.__getattribute__(self, "path")]))
+
+
+class TouchingDict(dict):
+    """A dict whose items touch the files they were computed from when read (`files`: key ->
+    paths; `default`: paths of any other key), so a value derived from a record keeps naming it."""
+
+    def __init__(self, data: Any = (), files: dict[Any, Iterable[str | Path]] | None = None,
+                 default: Iterable[str | Path] = ()):
+        super().__init__(data)
+        self._files = {k: tuple(_norm(v)) for k, v in (files or {}).items()}
+        self._default = tuple(_norm(default))
+
+    def __getitem__(self, key: Any) -> Any:
+        touch(*self._files.get(key, self._default))
+        return super().__getitem__(key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return self[key] if key in self else default
+
+
+def touching_rows(table: Any, key: str, sources: dict[Any, frozenset[str]]) -> Any:
+    """A table whose rows by `key` were computed from different files: their files in its attrs
+    (`kvtier_row_sources`), read back by `rows_of`."""
+    table.attrs["kvtier_row_sources"] = {"key": key, "sources": {k: frozenset(v) for k, v in sources.items()}}
+    return table
+
+
+def rows_of(table: Any, *values: Any) -> Any:
+    """The rows of `table` whose key is one of `values` (all rows: none given), touching their files."""
+    meta = table.attrs.get("kvtier_row_sources") or {"key": None, "sources": {}}
+    wanted = list(values) or list(meta["sources"])
+    for v in wanted:
+        touch(*meta["sources"].get(v, ()))
+    return table if not values else table[table[meta["key"]].isin(wanted)]

@@ -63,3 +63,9 @@ KV_CACHE_SIZE_LINE = r"(?P<device>GPU|CPU|XPU) KV cache size: (?P<tokens>[\d,]+)
 def counter_base(name: str) -> str:
     """A counter's name as prometheus_client declares it (it adds `_total` when it prints)."""
     return name[: -len("_total")] if name.endswith("_total") else name
+
+# -- what a replay run reads and keeps (kvtier.records.replayrun, kvtier.replay.monitor) -------------
+# the families kvtier replay samples every second into metrics_series.csv.gz: what the cache did
+CACHE_SERIES = (PROMPT_BY_SOURCE, PROMPT_TOTAL, GENERATION_TOTAL, REQUEST_SUCCESS, "vllm:num_requests_running",
+                "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", PREEMPTIONS, PREFIX_QUERIES,
+                PREFIX_HITS, STORE_BYTES, LOAD_BYTES)

@@ -43,6 +43,7 @@ import yaml
 from ..eviction.host import host_info, load_average, versions
 from ..errors import ManifestError, RawRecordError
 from ..harness import Terminated, _on_sigterm, _platform, _server_args, _spec, api_key, launched_server_meta
+from ..records.replaywrite import write_meta
 from ..runfolder import claim
 from ..serving.client import RequestFailed, ServingClient
 from ..serving import redact
@@ -184,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"starting vllm serve (log: {server.log_path})", file=sys.stderr)
             meta["server"]["health_wait_s"] = round(server.wait_healthy(a.health_timeout), 1)  # type: ignore[index]
         url = a.url or spec.url
-        (out / "run.yaml").write_text(yaml.safe_dump(redact.record(meta), sort_keys=False), encoding="utf-8")
+        write_meta(out, redact.record(meta))
         model = None if a.url else a.served_name
         with ServingClient(url, model, timeout_s=a.request_timeout, api_key=key) as probe:
             if not (out / "metrics_start.prom").exists():
@@ -205,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         with ServingClient(url, name, timeout_s=a.request_timeout, api_key=key) as probe:
             (out / "metrics.prom").write_text(probe.metrics_text(), encoding="utf-8")
         meta["counts"] = counts
-        (out / "run.yaml").write_text(yaml.safe_dump(meta, sort_keys=False), encoding="utf-8")
+        write_meta(out, redact.record(meta))
         sent.write(out, turns, server_block_tokens(out / "metrics.prom"))  # the stream, in the server's blocks
         done = True
     except (PreflightError, ServerDied, RequestFailed) as e:

@@ -17,7 +17,6 @@ rest of a conversation.
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
@@ -28,22 +27,18 @@ from typing import Any, Callable
 
 from tqdm import tqdm
 
+from ..records.clientlog import answered
+from ..records.replaywrite import ClientLog
 from ..serving import redact
 from ..serving.client import RequestFailed, ServingClient
 from .schedule import Turn
 
 
 def finished(log_path: Path) -> set[tuple[int, int]]:
-    """(session, index) of the turns the log already holds as answered."""
+    """(session, index) of the turns the log already holds as answered (records.clientlog)."""
     if not log_path.exists():
         return set()
-    done = set()
-    for line in log_path.read_text(encoding="utf-8").splitlines():
-        if line.strip():
-            r = json.loads(line)
-            if r["status"] == "ok":
-                done.add((r["session"], r["index"]))
-    return done
+    return {(session, index) for session, index, _, _ in answered(log_path)}
 
 
 def http_status(error: str) -> int | None:
@@ -66,14 +61,11 @@ def failure_fields(e: Exception) -> dict[str, Any]:
     return dict(status="failed", error=str(e), http_status=http_status(str(e)))
 
 
-class _Log:
-    def __init__(self, path: Path):
-        self.path, self.lock = path, threading.Lock()
+class _Log(ClientLog):
+    """The client log, each line redacted before it is written (records.replaywrite.ClientLog)."""
 
     def write(self, rec: dict[str, Any]) -> None:
-        with self.lock, open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(redact.record(rec), sort_keys=True) + "\n")
-            f.flush()
+        super().write(redact.record(rec))
 
 
 def exchange(client: ServingClient, t: Turn, sent_s: float) -> dict[str, Any]:

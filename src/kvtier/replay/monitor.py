@@ -21,13 +21,9 @@ import time
 from pathlib import Path
 from typing import Callable
 
-HOST_SERIES = "host_series.csv"
-METRICS_SERIES = "metrics_series.csv.gz"
-HOST_FIELDS = ("t_s", "load1", "load5", "load15", "busy_share", "steal_share")
-SERIES_FAMILIES = ("vllm:prompt_tokens_by_source_total", "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
-                   "vllm:request_success_total", "vllm:num_requests_running", "vllm:num_requests_waiting",
-                   "vllm:kv_cache_usage_perc", "vllm:num_preemptions_total", "vllm:prefix_cache_queries_total",
-                   "vllm:prefix_cache_hits_total", "vllm:kv_offload_store_bytes_total", "vllm:kv_offload_load_bytes_total")
+from ..records.replayrun import HOST_FIELDS, HOST_SERIES, METRICS_SERIES  # noqa: F401 (re-exported)
+from ..records.replaywrite import HostSeriesWriter
+from ..records.vllm import CACHE_SERIES as SERIES_FAMILIES
 
 
 def read_loadavg(path: str | Path = "/proc/loadavg") -> tuple[float, float, float]:
@@ -80,11 +76,10 @@ class HostSeries:
     """host_series.csv in `out`, sampled every `interval_s`; `summary()` for host.yaml."""
 
     def __init__(self, out: Path, interval_s: float = 2.0, proc: Path = Path("/proc")):
-        self.path, self.proc = out / HOST_SERIES, proc
+        self.proc = proc
         self.rows: list[dict[str, float]] = []
-        self.f = open(self.path, "w", newline="", encoding="utf-8")
-        self.w = csv.DictWriter(self.f, fieldnames=HOST_FIELDS)
-        self.w.writeheader()
+        self.w = HostSeriesWriter(out)
+        self.path = self.w.path
         self.last = read_cpu_times(proc / "stat")
         self.thread = _Sampler(interval_s, self._step)
 
@@ -95,8 +90,7 @@ class HostSeries:
         self.last = now
         row = dict(zip(HOST_FIELDS, (t_s, *load, round(busy, 4), round(steal, 4))))
         self.rows.append(row)
-        self.w.writerow(row)
-        self.f.flush()
+        self.w.write(row)
 
     def start(self) -> "HostSeries":
         self.thread.start()
@@ -104,7 +98,7 @@ class HostSeries:
 
     def stop(self) -> dict[str, float | int]:
         self.thread.stop()
-        self.f.close()
+        self.w.close()
         return self.summary()
 
     def summary(self) -> dict[str, float | int]:

@@ -17,20 +17,16 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-import numpy as np
-import yaml
-
 from ..errors import RawRecordError
 from ..records.clientlog import answered
+from ..records.replayrun import SENT as NAME, read_meta, read_sent, read_sent_block_tokens
+from ..records.replaywrite import write_sent
 from ..sim.requests import token_chain
 from .schedule import Scaling, Turn, fixed_order, limit_prompts, schedule_for
-from ..yamlio import load_yaml
-
-NAME = "sent_blocks.npz"
 
 
 def write(out_dir: str | Path, turns: list[Turn], block_tokens: int) -> Path:
-    """sent_blocks.npz for the requests the client log holds as answered."""
+    """sent_blocks.npz for the requests the client log holds as answered (records.replaywrite)."""
     out_dir = Path(out_dir)
     log = out_dir / "client.jsonl"
     by = {(t.session, t.index): t for t in turns}
@@ -44,45 +40,17 @@ def write(out_dir: str | Path, turns: list[Turn], block_tokens: int) -> Path:
                                       f"the client sent {sent}", line=line)
         rows.append((session, index, sent))
         chains.append(token_chain(t.prompt, block_tokens, ids))
-    lengths = np.array([len(c) for c in chains], dtype=np.int64)
-    arr = np.array(rows, dtype=np.int64).reshape(-1, 3)
-    path = out_dir / NAME
-    np.savez_compressed(path, session=arr[:, 0], index=arr[:, 1], tokens=arr[:, 2],
-                        offsets=np.concatenate([[0], np.cumsum(lengths)]),
-                        blocks=np.concatenate(chains).astype(np.int64) if chains else np.zeros(0, np.int64),
-                        block_tokens=np.int64(block_tokens))
-    return path
+    return write_sent(out_dir, rows, chains, block_tokens)
 
 
-def read(path: str | Path, client_log: str | Path | None = None) -> dict[tuple[int, int], tuple[int, np.ndarray]]:
-    """(session, index) -> (prompt tokens, block ids); checked against the client log when given."""
-    path = Path(path)
-    try:
-        z = np.load(path)
-        session, index, tokens, offsets, blocks = (z[k] for k in ("session", "index", "tokens", "offsets", "blocks"))
-    except (OSError, KeyError, ValueError) as e:
-        raise RawRecordError(path, f"not a sent-blocks record ({e})") from None
-    if len(offsets) != len(tokens) + 1 or offsets[-1] != len(blocks):
-        raise RawRecordError(path, "offsets do not cover the block ids")
-    out = {(int(s), int(i)): (int(n), blocks[offsets[k]:offsets[k + 1]])
-           for k, (s, i, n) in enumerate(zip(session, index, tokens))}
-    if client_log is not None:
-        for s, i, sent, line in answered(Path(client_log)):
-            got = out.get((s, i))
-            if got is None or got[0] != sent:
-                raise RawRecordError(client_log, f"session {s} turn {i}: {path.name} has "
-                                                 f"{'no such request' if got is None else f'{got[0]} tokens'}, "
-                                                 f"the client sent {sent}", line=line)
-    return out
-
-
-def block_tokens_of(path: str | Path) -> int:
-    return int(np.load(path)["block_tokens"])
+# the record's reader (kvtier.records.replayrun), by its old names
+read = read_sent
+block_tokens_of = read_sent_block_tokens
 
 
 def schedule_of(run_dir: Path) -> list[Turn]:
     """The schedule kvtier replay sent, from the run's own run.yaml."""
-    meta = load_yaml((run_dir / "run.yaml").read_text(encoding="utf-8"))
+    meta = read_meta(run_dir / "run.yaml")
     sc = meta["scaling"]
     s = Scaling(scale=sc["scale"], compress=sc["compress"], vocab_size=sc["vocab_size"],
                 max_tokens_cap=sc["max_tokens_cap"], seed=sc["seed"])
