@@ -18,7 +18,8 @@ reader calls the checks here, so a fix is made in one place:
 
 Each failure is a RawRecordError naming the file and line.
 
-One module per check (counters, logfacts, geometry, jobs, clientlog); this package's
+One module per check (counters, geometry, jobs, clientlog; the server log's lines are read by
+kvtier.records.serverlog_facts, `logfacts` its old path); this package's
 `check_run_folder` runs them all on a kvtier replay run folder.
 """
 
