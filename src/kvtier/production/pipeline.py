@@ -188,7 +188,8 @@ def analyse(rec: Records, coldreads: str | Path | None, settings: dict[str, Any]
     restores = T(A.size_restores, log, geo, extra)
     rs = T(A.restore_stats, restores, ld["count"], src["pool"], req["requests"], settings["large_restore_tokens"],
            settings["huge_restore_tokens"])
-    w.add(f"{P}.restores.extra_blocks", extra, "blocks", note="set in config" if correction.overridden else
+    w.add(f"{P}.restores.extra_blocks", extra, "blocks", inputs=None if correction.files else (),  # no files: set in config
+          note="set in config" if correction.overridden else
           f"derived from {correction.restores} restore(s) of the eviction test on this setup")
     w.add(f"{P}.restores.extra_blocks_overridden", int(correction.overridden), "count",
           inputs=[] if correction.overridden else list(correction.files))
