@@ -18,19 +18,18 @@ from typing import Any
 import pandas as pd
 
 from ..coldread import model_from_csv
-from ..errors import RawRecordError
 from ..numbers import NumbersWriter
 from . import analysis as A
 from . import groundtruth as GT
 from .capture import capture_facts
 from .plausible import check_plausible
 from .correction import Correction
-from ..records import prometheus_contract as snapshot_contract
 from ..records import serverlog_contract as log_contract
+from ..records.prometheus_contract import read_checked_snapshot
 from ..records import vllm as V
 from ..records.host import host_facts, read_host_record
-from ..records.prometheus import Snapshot, read_prometheus
-from ..records.serverlog import LogSummary, summarize_server_log
+from ..records.prometheus import Snapshot
+from ..records.serverlog import LogSummary, read_counted_log
 from ..records.touch import Touching, touch
 
 __all__ = ["Records", "analyse", "host_facts", "ingest"]
@@ -67,20 +66,11 @@ def ingest(metrics: str | Path, log: str | Path, host: str | Path, settings: dic
     may not add up to more than the counters, it must come from the counters' single server
     run and engines, and the counters' units must give physically possible rates."""
     host_rec = read_host_record(host)
-    meta, start, end = host_rec.data, host_rec.start, host_rec.end
-    snap = read_prometheus(metrics)
-    snapshot_contract.check_snapshot(snap)
-    snapshot_contract.check_period(snap, start)
-    interval = host_rec.interval_s
-    server = summarize_server_log(log, host_rec.log_year, interval, limits=log_contract.counter_limits(snap))
-    log_contract.check_runs(server, snap)
-    log_contract.check_engines(server, snap)
+    meta, start, end, interval = host_rec.data, host_rec.start, host_rec.end, host_rec.interval_s
+    snap = read_checked_snapshot(metrics, start)
+    server = read_counted_log(log, host_rec, snap)
     geo = A.pool_geometry(snap, server)
     check_plausible(snap, geo, float(settings["min_transfer_bytes_per_s"]), float(settings["link_max_bytes_per_s"]))
-    first, last = server.first_time, server.last_time
-    if first < pd.Timestamp(start.replace(tzinfo=None)) - pd.Timedelta(minutes=5) or last > pd.Timestamp(end.replace(tzinfo=None)):
-        raise RawRecordError(log, f"reports run from {first} to {last}, outside the observation period {start}..{end} "
-                                  "(wrong log, or wrong observation.log_year)")
     return Records(snap, server, meta, start, end, server.repairs, str(host), geo, interval)
 
 

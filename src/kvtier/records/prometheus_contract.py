@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
+from pathlib import Path
 
 import numpy as np
 
 from ..errors import RawRecordError
 from . import vllm as V
-from .prometheus import Snapshot
+from .prometheus import Snapshot, read_prometheus
 
 BY_SOURCE = V.PROMPT_BY_SOURCE
 PROMPT_TOTAL = V.PROMPT_TOTAL
@@ -149,3 +150,12 @@ def stitch_counters(snaps: list[Snapshot], name: str, **labels: str) -> float:
             total += prev
         prev = v
     return total + prev
+
+
+def read_checked_snapshot(path: str | Path, observation_start: datetime) -> Snapshot:
+    """The production analysis's snapshot, read with its data contract: check_snapshot, and
+    counters that started at the observation's start (check_period: no restart inside it)."""
+    snap = read_prometheus(path)
+    check_snapshot(snap)
+    check_period(snap, observation_start)
+    return snap

@@ -15,19 +15,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
+from ..errors import RawRecordError
 from .serverlog_contract import LogChecker, Repair
 from .serverlog_facts import LogFacts, read_log_facts
 from .serverlog_parse import TRANSFER_COLUMNS
 from .serverlog_read import LogChunk, LogReader, Segment, ServerLog, read_server_log
 from .touch import PathTouching
 
+if TYPE_CHECKING:
+    from .host import HostRecord
+    from .prometheus import Snapshot
+
 __all__ = ["LOAD_COLUMNS", "LogChecker", "LogChunk", "LogFacts", "LogReader", "LogSummary", "Repair", "Segment", "ServerLog",
-           "Summarizer", "read_log_facts", "read_server_log", "summarize_server_log", "summary_of"]
+           "Summarizer", "read_counted_log", "read_log_facts", "read_server_log", "summarize_server_log", "summary_of"]
 
 LOAD_COLUMNS = ["line", "segment", "stats_line", "time", "load_bytes", "load_time", "load_count"]
 HOUR = 3600
@@ -149,3 +154,21 @@ def summary_of(log: ServerLog | LogSummary, interval_s: float = 10.0) -> LogSumm
 def _as_chunk(log: ServerLog) -> LogChunk:
     return LogChunk({c: log.stats[c].to_numpy() for c in log.stats.columns},
                     {c: log.transfers[c].to_numpy() for c in log.transfers.columns})
+
+
+def read_counted_log(path: str | Path, host: "HostRecord", snap: "Snapshot") -> LogSummary:
+    """The server log of the run `snap` counted, streamed with the data contract and checked
+    against the counters and host.yaml: its reports add up to no more than the counters, it holds
+    the counters' one server run and engines (serverlog_contract), and its reports lie inside
+    the observation period (the year of its timestamps: host.yaml's log_year)."""
+    from .serverlog_contract import check_engines, check_runs, counter_limits
+
+    start, end = host.start, host.end
+    server = summarize_server_log(path, host.log_year, host.interval_s, limits=counter_limits(snap))
+    check_runs(server, snap)
+    check_engines(server, snap)
+    first, last = server.first_time, server.last_time
+    if first < pd.Timestamp(start.replace(tzinfo=None)) - pd.Timedelta(minutes=5) or last > pd.Timestamp(end.replace(tzinfo=None)):
+        raise RawRecordError(path, f"reports run from {first} to {last}, outside the observation period {start}..{end} "
+                                   "(wrong log, or wrong observation.log_year)")
+    return server

@@ -136,3 +136,11 @@ STARTUP_LINES: tuple[tuple[str, str, str, dict[str, Callable[[str], Any]], str],
      "Using max model len {max_model_len}"),
 )
 ARGS_MARKER = "non-default args: "  # the startup arguments, a Python repr (0.32: with dataclass reprs)
+
+# The scheduler's token budget per step (kvtier.step_budget): said by SchedulerConfig's info
+# line, given in the args, or vLLM 0.32's CPU default for an OpenAI server (2,048 x world size,
+# EngineArgs.get_batch_defaults); the engine's config line says whether chunked prefill is on.
+BUDGET_SAID = r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)"
+BUDGET_GIVEN = r"non-default args: \{[^\n]*?'max_num_batched_tokens': (\d+)"
+ENGINE_CONFIG = r"Initializing a V1 LLM engine \(v(?P<version>[^)]+)\) with config: [^\n]*"
+CPU_TOKENS_PER_WORLD = {"0.32.": 2048}  # version prefix -> tokens per (tensor x pipeline) rank, CPU platform
