@@ -1,4 +1,4 @@
-"""Benchmark: the production log ingest (kvtier.production.logsummary.summarize_server_log: the
+"""Benchmark: the production log ingest (kvtier.records.serverlog.summarize_server_log: the
 streamed parse, the data contract on every chunk, the reduction) in MB/s and peak memory, beside
 two floors measured in the same run on the same file: reading it (`cat > /dev/null`) and
 `grep -c` of its transfer lines.
@@ -35,7 +35,7 @@ TARGET_PEAK_MB = 200.0
 STAMP = re.compile(rb"(?<= )(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?= )")
 CHILD = r"""
 import json, resource, sys, time
-from kvtier.production.logsummary import summarize_server_log
+from kvtier.records.serverlog import summarize_server_log
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t0, c0 = time.perf_counter(), time.process_time()
 s = summarize_server_log(sys.argv[1], int(sys.argv[2]), workers=int(sys.argv[3]))

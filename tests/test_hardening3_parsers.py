@@ -52,7 +52,7 @@ def test_the_startup_argument_walker_has_limits_and_names_each_failure(text: str
 
 @pytest.mark.parametrize("exc", [MemoryError, RecursionError])
 def test_memory_and_recursion_errors_become_named_errors(monkeypatch: pytest.MonkeyPatch, exc: type) -> None:
-    from kvtier.production import vllmlog
+    from kvtier.records import startup_args as vllmlog  # the walker's module (production.vllmlog: its old path)
 
     def boom(*a: object, **k: object) -> None:
         raise exc()

@@ -207,7 +207,7 @@ def test_a_second_startup_block_the_counters_do_not_show_is_refused(copy: Path) 
 
 def test_streaming_in_small_chunks_and_a_pool_equals_one_pass(monkeypatch: pytest.MonkeyPatch) -> None:
     """Item 9: the summary the pipeline streams is the same whatever the chunking."""
-    import kvtier.production.logreader as R
+    import kvtier.records.serverlog_read as R  # the module that reads CHUNK
     one = summarize_server_log(RAW / "server.log", 2026, workers=1)
     monkeypatch.setattr(R, "CHUNK", 1 << 19)      # ~8 ranges
     monkeypatch.setattr(R, "PARALLEL_FROM", 0)    # and a process pool for this small file
@@ -225,7 +225,7 @@ def test_memory_does_not_grow_with_the_log(monkeypatch: pytest.MonkeyPatch, tmp_
     import importlib.util
     import tracemalloc
 
-    import kvtier.production.logreader as R
+    import kvtier.records.serverlog_read as R  # the module that reads CHUNK
     spec = importlib.util.spec_from_file_location("bench_logparse", REPO / "benchmarks/bench_logparse.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

@@ -112,7 +112,7 @@ REPLICA_LOG = Path(__file__).resolve().parent.parent / "raw/production/C/server.
 
 def test_chunked_and_parallel_parsing_agree_with_one_pass(monkeypatch, tmp_path):
     one = read_server_log(REPLICA_LOG, 2026, workers=1)
-    import kvtier.production.logreader as R
+    import kvtier.records.serverlog_read as R  # the module that reads CHUNK (production.logreader is its old path)
     monkeypatch.setattr(R, "CHUNK", 1 << 20)        # ~5 ranges
     monkeypatch.setattr(R, "PARALLEL_FROM", 0)      # and a process pool even for this small file
     many = read_server_log(REPLICA_LOG, 2026, workers=2)
@@ -135,7 +135,7 @@ def test_layout_path_agrees_with_the_regex_path(monkeypatch, tmp_path):
            V011.replace("12.5", "123456789012.25"), V025.replace("21:36:42", "21:36:42.123")]
     p = write(tmp_path, [V025, V011, V029, V033] + odd)
     fast, replica = read_server_log(p, 2026).stats, read_server_log(REPLICA_LOG, 2026)
-    import kvtier.production.vllmlog as V
+    import kvtier.records.serverlog_parse as V  # the module that reads MAX_LAYOUTS
     monkeypatch.setattr(V, "MAX_LAYOUTS", 0)
     slow, again = read_server_log(p, 2026).stats, read_server_log(REPLICA_LOG, 2026)
     assert fast.equals(slow) and replica.stats.equals(again.stats) and replica.transfers.equals(again.transfers)

@@ -22,11 +22,12 @@ import re
 from pathlib import Path
 
 from .errors import RawRecordError
+from .records import vllm as V
 
-CPU_TOKENS_PER_WORLD = 2048  # vLLM 0.32 EngineArgs.get_batch_defaults: CPU, UsageContext.OPENAI_API_SERVER
-SAID = re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)")
-GIVEN = re.compile(r"non-default args: \{[^\n]*?'max_num_batched_tokens': (\d+)")
-ENGINE = re.compile(r"Initializing a V1 LLM engine \(v(?P<version>[^)]+)\) with config: [^\n]*")
+CPU_TOKENS_PER_WORLD = V.CPU_TOKENS_PER_WORLD["0.32."]  # vLLM 0.32 EngineArgs.get_batch_defaults: CPU, OpenAI server
+SAID = re.compile(V.BUDGET_SAID)
+GIVEN = re.compile(V.BUDGET_GIVEN)
+ENGINE = re.compile(V.ENGINE_CONFIG)
 FIELD = r"\b{}=([A-Za-z0-9_.]+)"
 
 
@@ -52,10 +53,11 @@ def step_tokens(text: str, path: str | Path) -> int | None:
         if m:
             return int(m.group(1))
     version, device = engine.group("version"), field("device_config")
-    if device != "cpu" or not version.startswith("0.32."):
+    per_rank = next((n for prefix, n in V.CPU_TOKENS_PER_WORLD.items() if version.startswith(prefix)), None)
+    if device != "cpu" or per_rank is None:
         raise RawRecordError(path, f"the log does not say max_num_batched_tokens, and the default of vLLM {version} on "
                                    f"{device!r} is not known here: run the server with --max-num-batched-tokens")
-    return CPU_TOKENS_PER_WORLD * int(field("tensor_parallel_size")) * int(field("pipeline_parallel_size"))
+    return per_rank * int(field("tensor_parallel_size")) * int(field("pipeline_parallel_size"))
 
 
 def step_tokens_of(server_log: str | Path) -> int | None:

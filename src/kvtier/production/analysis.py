@@ -1,6 +1,7 @@
 """The note's production analysis, one function per step (each unit-tested on its own).
 
-Inputs are the parsed records (promtext.Snapshot, vllmlog.ServerLog, host metadata); outputs
+Inputs are the parsed records (kvtier.records: the Snapshot, the server log's ServerLog or
+LogSummary, host metadata, headroom tests); outputs
 are plain dicts of values in base units (tokens, bytes, seconds, fractions) that the script
 registers as `prod.*` numbers, plus the per-restore table behind Figure 1b.
 """
@@ -15,11 +16,11 @@ import pandas as pd
 
 from ..coldread import ColdReadModel
 from ..errors import RawRecordError
-from .logsummary import LogSummary, summary_of
+from ..records import vllm as V
 from ..records.geometry import PoolGeometry, pool_geometry  # noqa: F401 (re-exported)
+from ..records.headroom import COLUMNS as HEADROOM_COLUMNS, read_headroom  # noqa: F401 (old import path)
 from ..records.prometheus import Snapshot
-from ..records.touch import touch
-from .vllmlog import ServerLog
+from ..records.serverlog import LogSummary, ServerLog, summary_of
 
 Log = ServerLog | LogSummary  # a log in tables (tests) or streamed to its summary (the pipeline)
 
@@ -55,8 +56,8 @@ def server_facts(log: Log) -> dict[str, float | None]:
 
 def token_sources(snap: Snapshot) -> dict[str, float]:
     """Where prompt tokens came from, and the pool's share of what the GPU cache missed."""
-    by = snap.by_label("vllm:prompt_tokens_by_source_total", "source")
-    prompt = float(snap.value("vllm:prompt_tokens_total"))
+    by = snap.by_label(V.PROMPT_BY_SOURCE, "source")
+    prompt = float(snap.value(V.PROMPT_TOTAL))
     gpu, pool, computed = (float(by[k]) for k in ("local_cache_hit", "external_kv_transfer", "local_compute"))
     missed = pool + computed
     return {"prompt": prompt, "gpu": gpu, "pool": pool, "computed": computed, "missed": missed,
@@ -66,21 +67,21 @@ def token_sources(snap: Snapshot) -> dict[str, float]:
 
 def request_stats(snap: Snapshot, edges: tuple[float, float]) -> dict[str, float]:
     """Finished requests (all finish reasons), their mean prompt, and the shares above two sizes."""
-    requests = float(snap.select("vllm:request_success_total")["value"].sum())
-    h = snap.histogram("vllm:request_prompt_tokens")
+    requests = float(snap.select(V.REQUEST_SUCCESS)["value"].sum())
+    h = snap.histogram(V.REQUEST_PROMPT_TOKENS)
     return {"requests": requests, "mean_prompt": h.sum / h.count,
             "share_above_low": 1 - h.at(edges[0]) / h.count, "share_above_high": 1 - h.at(edges[1]) / h.count}
 
 
 def ttft_shares(snap: Snapshot, fast_s: float, slow_s: float) -> dict[str, float]:
-    h = snap.histogram("vllm:time_to_first_token_seconds")
+    h = snap.histogram(V.TTFT_SECONDS)
     return {"share_under_fast": h.at(fast_s) / h.count, "share_over_slow": 1 - h.at(slow_s) / h.count}
 
 
 def store_totals(snap: Snapshot) -> dict[str, float]:
     """Store operations, bytes and time, from the counters alone."""
-    return {"count": snap.value("vllm:kv_offload_store_size_count"), "bytes": snap.value("vllm:kv_offload_store_bytes_total"),
-            "time": snap.value("vllm:kv_offload_store_time_total")}
+    return {"count": snap.value(V.STORE_COUNT), "bytes": snap.value(V.STORE_BYTES),
+            "time": snap.value(V.STORE_TIME)}
 
 
 def expected_store_bytes(geometry: PoolGeometry, computed: float, generated: float) -> float:
@@ -101,29 +102,29 @@ def store_stats(snap: Snapshot, period_s: float, geometry: PoolGeometry, compute
 def lookup_stats(snap: Snapshot, threshold_s: float) -> dict[str, float | None]:
     """Pool lookups (sync delay histogram) and deferred lookups (async delay histogram; a server
     without deferred lookups, such as 0.32, exports none: those are None)."""
-    sync = snap.histogram("vllm:kv_offload_lookup_sync_delay_seconds")
+    sync = snap.histogram(V.LOOKUP_SYNC)
     out: dict[str, float | None] = {"count": sync.count, "time": sync.sum,
                                     "mean_time": sync.sum / sync.count if sync.count else math.nan,
                                     "deferred_count": None, "deferred_time": None, "deferred_under": None}
-    if snap.has("vllm:kv_offload_lookup_async_delay_seconds_count"):
-        deferred = snap.histogram("vllm:kv_offload_lookup_async_delay_seconds")
+    if snap.has(V.LOOKUP_ASYNC + "_count"):
+        deferred = snap.histogram(V.LOOKUP_ASYNC)
         out.update(deferred_count=deferred.count, deferred_time=deferred.sum, deferred_under=deferred.at(threshold_s))
     return out
 
 
 def load_stats(snap: Snapshot, pcie_bytes_per_s: float) -> dict[str, float]:
     """Restores by the counters: operations, bytes, time, bandwidth against the PCIe limit."""
-    b = snap.value("vllm:kv_offload_load_bytes_total")
-    t = snap.value("vllm:kv_offload_load_time_total")
+    b = snap.value(V.LOAD_BYTES)
+    t = snap.value(V.LOAD_TIME)
     bw = b / t if t else math.nan
-    return {"count": snap.value("vllm:kv_offload_load_size_count"), "bytes": b, "time": t, "bandwidth": bw,
+    return {"count": snap.value(V.LOAD_COUNT), "bytes": b, "time": t, "bandwidth": bw,
             "share_of_pcie": bw / pcie_bytes_per_s}
 
 
 def pool_stats(geometry: PoolGeometry, gpu_pool_tokens: int, stored_bytes: float, snap: Snapshot) -> dict[str, float]:
     return {"bytes": geometry.bytes, "blocks": geometry.blocks, "tokens": geometry.tokens,
             "block_tokens": geometry.block_tokens, "ratio_to_gpu_pool": geometry.tokens / gpu_pool_tokens,
-            "turnover": stored_bytes / geometry.bytes, "usage_gauge": snap.value("vllm:kv_offload_cpu_cache_usage_perc")}
+            "turnover": stored_bytes / geometry.bytes, "usage_gauge": snap.value(V.CPU_CACHE_USAGE)}
 
 
 # ---------------------------------------------------------------- restores from the ten-second reports
@@ -229,28 +230,12 @@ def hourly_traffic(log: Log, start: datetime, end: datetime, interval_s: float) 
 def log_coverage(log: Log, snap: Snapshot) -> dict[str, float]:
     """How much of each counter the ten-second reports show (the rest fell in lost reports)."""
     x = summary_of(log).totals
-    return {"load_bytes": x["load_bytes"] / snap.value("vllm:kv_offload_load_bytes_total"),
-            "store_bytes": x["store_bytes"] / snap.value("vllm:kv_offload_store_bytes_total"),
-            "loads": x["load_count"] / snap.value("vllm:kv_offload_load_size_count")}
+    return {"load_bytes": x["load_bytes"] / snap.value(V.LOAD_BYTES),
+            "store_bytes": x["store_bytes"] / snap.value(V.STORE_BYTES),
+            "loads": x["load_count"] / snap.value(V.LOAD_COUNT)}
 
 
 # ---------------------------------------------------------------- headroom (Recommendations)
-
-HEADROOM_COLUMNS = ["host", "date", "pool_gib", "free_ram_gib", "shm_total_gib", "started", "note"]
-
-
-def read_headroom(path: str) -> pd.DataFrame:
-    touch(path)
-    df = pd.read_csv(path, dtype={"host": str, "note": str}, keep_default_na=True)
-    if list(df.columns) != HEADROOM_COLUMNS:
-        raise RawRecordError(path, f"columns must be {HEADROOM_COLUMNS}, found {list(df.columns)}", line=1)
-    bad = ~df["started"].isin(["yes", "no"])
-    if bad.any():
-        raise RawRecordError(path, "started must be yes or no", line=int(np.flatnonzero(bad)[0]) + 2)
-    if (df["pool_gib"] <= 0).any() or df["pool_gib"].isna().any():
-        raise RawRecordError(path, "pool_gib must be positive", line=int(np.flatnonzero(~(df["pool_gib"] > 0))[0]) + 2)
-    return df
-
 
 def headroom_stats(df: pd.DataFrame, host: str) -> dict[str, float]:
     """Pool size vs RAM left free on the production host; the pool that failed on a smaller

@@ -17,31 +17,15 @@ of the even split, and the share of restores the reports show at all.
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
-from ..errors import RawRecordError, capped_lines
-from ..records.touch import touch
-from .analysis import PoolGeometry
+from ..errors import RawRecordError
+from ..records.geometry import PoolGeometry
+from ..records.workerlog import LOAD_JOB, read_load_jobs
 
-JOB = re.compile(r"kvtier_cpu_offload: load job (\d+): (\d+) blocks, (\d+) bytes, ([\d.]+) s")
-
-
-def load_jobs(path: str | Path) -> pd.DataFrame:
-    """Every load job line of a server log, in file order: line, job, blocks, bytes, seconds."""
-    touch(path)
-    rows = []
-    for i, text, _ in capped_lines(path, errors="replace"):  # lines capped: errors.MAX_LINE
-        if "kvtier_cpu_offload: load job " in text:
-            m = JOB.search(text)
-            if m is None:
-                raise RawRecordError(path, "a kvtier_cpu_offload load-job line not in the format "
-                                           "'load job N: B blocks, BYTES bytes, S s' (truncated?)", line=i)
-            rows.append((i, int(m.group(1)), int(m.group(2)), int(m.group(3)), float(m.group(4))))
-    return pd.DataFrame(rows, columns=["line", "job", "blocks", "bytes", "seconds"])
+JOB = LOAD_JOB  # old name
+load_jobs = read_load_jobs  # the reader is kvtier.records.workerlog's
 
 
 def match(jobs: pd.DataFrame, restores: pd.DataFrame, geometry: PoolGeometry, path: str) -> pd.DataFrame:

@@ -18,18 +18,21 @@ from typing import Any
 import pandas as pd
 
 from ..coldread import model_from_csv
-from ..errors import RawRecordError
 from ..numbers import NumbersWriter
-from ..observation import read_host
 from . import analysis as A
-from . import contract
 from . import groundtruth as GT
 from .capture import capture_facts
-from .logsummary import LogSummary, summarize_server_log
 from .plausible import check_plausible
 from .correction import Correction
-from ..records.prometheus import Snapshot, read_prometheus
+from ..records import serverlog_contract as log_contract
+from ..records.prometheus_contract import read_checked_snapshot
+from ..records import vllm as V
+from ..records.host import host_facts, read_host_record
+from ..records.prometheus import Snapshot
+from ..records.serverlog import LogSummary, read_counted_log
 from ..records.touch import Touching, touch
+
+__all__ = ["Records", "analyse", "host_facts", "ingest"]
 
 
 @dataclass
@@ -39,7 +42,7 @@ class Records(Touching):  # each field touches the file it came from (records.to
     host: dict[str, Any]
     start: datetime
     end: datetime
-    repairs: list[contract.Repair]
+    repairs: list[log_contract.Repair]
     host_path: str
     geometry: A.PoolGeometry  # the pool as the records give it, derived once at ingest
     interval_s: float         # the report interval (host.yaml; vLLM's default otherwise)
@@ -62,44 +65,13 @@ def ingest(metrics: str | Path, log: str | Path, host: str | Path, settings: dic
     The log is streamed (bounded memory) with the data contract on every chunk; its reports
     may not add up to more than the counters, it must come from the counters' single server
     run and engines, and the counters' units must give physically possible rates."""
-    meta, start, end = read_host(host)
-    snap = read_prometheus(metrics)
-    contract.check_snapshot(snap)
-    contract.check_period(snap, start)
-    year = int(meta.get("observation", {}).get("log_year", start.year))
-    interval = float(meta.get("server", {}).get("stats_interval_s", 10.0))  # vLLM's default
-    server = summarize_server_log(log, year, interval, limits=contract.counter_limits(snap))
-    contract.check_runs(server, snap)
-    contract.check_engines(server, snap)
+    host_rec = read_host_record(host)
+    meta, start, end, interval = host_rec.data, host_rec.start, host_rec.end, host_rec.interval_s
+    snap = read_checked_snapshot(metrics, start)
+    server = read_counted_log(log, host_rec, snap)
     geo = A.pool_geometry(snap, server)
     check_plausible(snap, geo, float(settings["min_transfer_bytes_per_s"]), float(settings["link_max_bytes_per_s"]))
-    first, last = server.first_time, server.last_time
-    if first < pd.Timestamp(start.replace(tzinfo=None)) - pd.Timedelta(minutes=5) or last > pd.Timestamp(end.replace(tzinfo=None)):
-        raise RawRecordError(log, f"reports run from {first} to {last}, outside the observation period {start}..{end} "
-                                  "(wrong log, or wrong observation.log_year)")
     return Records(snap, server, meta, start, end, server.repairs, str(host), geo, interval)
-
-
-def host_facts(meta: dict[str, Any], path: str) -> list[tuple[str, float, str]]:
-    """The host facts a host.yaml holds, in the production record's terms (vcpus, ram_gib, the
-    model's facts) or kvtier replay's (cpus, ram_bytes); what is absent is not registered."""
-    host, model = meta.get("host") or {}, meta.get("model") or {}
-    out: list[tuple[str, float, str]] = []
-    try:
-        vcpus = host.get("vcpus", host.get("cpus"))
-        if vcpus is not None:
-            out.append(("vcpus", int(vcpus), "count"))
-        if host.get("ram_gib") is not None:
-            out.append(("ram", float(host["ram_gib"]) * A.GIB, "B"))
-        elif host.get("ram_bytes") is not None:
-            out.append(("ram", float(host["ram_bytes"]), "B"))
-        if "expert_weight_bits" in model:
-            out.append(("expert_weight_bits", int(model["expert_weight_bits"]), "count"))
-        if "pinned_embedding_gib" in model:
-            out.append(("pinned_embedding", float(model["pinned_embedding_gib"]) * A.GIB, "B"))
-    except (TypeError, ValueError) as e:
-        raise RawRecordError(path, f"a host fact is not a number ({e})") from None
-    return out
 
 
 def analyse(rec: Records, coldreads: str | Path | None, settings: dict[str, Any], headroom: str | Path | None,
@@ -117,10 +89,12 @@ def analyse(rec: Records, coldreads: str | Path | None, settings: dict[str, Any]
         correction = Correction(float(settings["restore_extra_blocks"]), None, True, 0, ())
     # Provenance is read off the records (kvtier.records.touch): each value is computed through
     # T = w.compute, which notes the raw files the call read (and those its traced arguments
-    # carry); a number names the files its value carries. A value from settings alone carries
-    # none: w.reading() (no files) stands for them.
+    # carry); a number names the files its value carries. A value from settings alone reads no
+    # file: S registers it so (inputs=()).
     T = w.compute
-    w.reading()
+
+    def S(key: str, value: object, unit: str, note: str = "") -> None:
+        w.add(key, value, unit, inputs=(), note=note)
     period = T(lambda: rec.end.timestamp() - snap.created())
     w.add(f"{P}.period", period, "s", note="from the counters' _created time to the snapshot (observation.end)")
 
@@ -150,16 +124,16 @@ def analyse(rec: Records, coldreads: str | Path | None, settings: dict[str, Any]
     w.add(f"{P}.prompt.mean_tokens", req["mean_prompt"], "tokens")
     w.add(f"{P}.prompt.share_above_200k", req["share_above_low"], "fraction", note=f"above {low:g} tokens")
     w.add(f"{P}.prompt.share_above_500k", req["share_above_high"], "fraction", note=f"above {high:g} tokens")
-    w.add(f"{P}.prompt.low_edge", low, "tokens")
-    w.add(f"{P}.prompt.high_edge", high, "tokens")
+    S(f"{P}.prompt.low_edge", low, "tokens")
+    S(f"{P}.prompt.high_edge", high, "tokens")
 
     tt = T(A.ttft_shares, snap, settings["ttft_fast_s"], settings["ttft_slow_s"])
     w.add(f"{P}.ttft.share_under_1s", tt["share_under_fast"], "fraction")
     w.add(f"{P}.ttft.share_over_20s", tt["share_over_slow"], "fraction")
-    w.add(f"{P}.ttft.fast_edge", settings["ttft_fast_s"], "s")
-    w.add(f"{P}.ttft.slow_edge", settings["ttft_slow_s"], "s")
+    S(f"{P}.ttft.fast_edge", settings["ttft_fast_s"], "s")
+    S(f"{P}.ttft.slow_edge", settings["ttft_slow_s"], "s")
 
-    generated = T(snap.value, "vllm:generation_tokens_total")
+    generated = T(snap.value, V.GENERATION_TOTAL)
     st = T(A.store_totals, snap)
     expected = T(A.expected_store_bytes, geo, src["computed"], generated)
     w.add(f"{P}.tokens.generated", generated, "tokens")
@@ -179,7 +153,7 @@ def analyse(rec: Records, coldreads: str | Path | None, settings: dict[str, Any]
         w.add(f"{P}.deferred.count", lk["deferred_count"], "count")
         w.add(f"{P}.deferred.time", lk["deferred_time"], "s")
         w.add(f"{P}.deferred.under_threshold", lk["deferred_under"], "count")
-        w.add(f"{P}.deferred.threshold", settings["deferred_threshold_s"], "s")
+        S(f"{P}.deferred.threshold", settings["deferred_threshold_s"], "s")
 
     ld = T(A.load_stats, snap, settings["link_max_bytes_per_s"])
     w.add(f"{P}.restores.count", ld["count"], "count")
@@ -187,7 +161,7 @@ def analyse(rec: Records, coldreads: str | Path | None, settings: dict[str, Any]
     w.add(f"{P}.restores.transfer_time", ld["time"], "s")
     w.add(f"{P}.restores.bandwidth", ld["bandwidth"], "B/s")
     w.add(f"{P}.restores.share_of_pcie", ld["share_of_pcie"], "fraction")
-    w.add(f"{P}.restores.pcie_limit", settings["link_max_bytes_per_s"], "B/s",
+    S(f"{P}.restores.pcie_limit", settings["link_max_bytes_per_s"], "B/s",
           note=f"{settings.get('link_name', 'the host link')} (config: production.link_max_bytes_per_s)")
 
     pool = T(A.pool_stats, geo, facts["gpu_pool_tokens"], st["bytes"], snap)
@@ -204,7 +178,8 @@ def analyse(rec: Records, coldreads: str | Path | None, settings: dict[str, Any]
     restores = T(A.size_restores, log, geo, extra)
     rs = T(A.restore_stats, restores, ld["count"], src["pool"], req["requests"], settings["large_restore_tokens"],
            settings["huge_restore_tokens"])
-    w.add(f"{P}.restores.extra_blocks", extra, "blocks", note="set in config" if correction.overridden else
+    w.add(f"{P}.restores.extra_blocks", extra, "blocks", inputs=None if correction.files else (),  # no files: set in config
+          note="set in config" if correction.overridden else
           f"derived from {correction.restores} restore(s) of the eviction test on this setup")
     w.add(f"{P}.restores.extra_blocks_overridden", int(correction.overridden), "count",
           inputs=[] if correction.overridden else list(correction.files))
@@ -217,8 +192,8 @@ def analyse(rec: Records, coldreads: str | Path | None, settings: dict[str, Any]
     w.add(f"{P}.restores.share_of_requests", rs["share_of_requests"], "fraction")
     w.add(f"{P}.restores.mean_tokens", rs["mean_tokens"], "tokens")
     w.add(f"{P}.restores.median_tokens", rs["median_tokens"], "tokens")
-    w.add(f"{P}.restores.large_edge", settings["large_restore_tokens"], "tokens")
-    w.add(f"{P}.restores.huge_edge", settings["huge_restore_tokens"], "tokens")
+    S(f"{P}.restores.large_edge", settings["large_restore_tokens"], "tokens")
+    S(f"{P}.restores.huge_edge", settings["huge_restore_tokens"], "tokens")
     w.add(f"{P}.restores.n_at_least_100k", rs["n_at_least_large"], "count")
     w.add(f"{P}.restores.token_share_at_least_100k", rs["token_share_at_least_large"], "fraction")
     w.add(f"{P}.restores.n_above_500k", rs["n_above_huge"], "count")
@@ -257,7 +232,7 @@ def analyse(rec: Records, coldreads: str | Path | None, settings: dict[str, Any]
     w.add(f"{P}.hours.with_traffic", T(lambda: float(len(A.summary_of(log).busy_hours))), "count")
     w.add(f"{P}.hours.in_period", period / 3600, "count")
     w.add(f"{P}.restores.per_traffic_hour", ld["count"] / hours, "count")
-    w.add(f"{P}.hours.top_count", float(int(settings["top_hours"])), "count")
+    S(f"{P}.hours.top_count", float(int(settings["top_hours"])), "count")
     w.add(f"{P}.hours.top_restore_share", T(A.hour_stats, log, sized, ld["count"], int(settings["top_hours"]))["top_restore_share"],
           "fraction")
     w.add(f"{P}.max_running", T(lambda: A.summary_of(log).max_running), "requests")
@@ -277,5 +252,5 @@ def analyse(rec: Records, coldreads: str | Path | None, settings: dict[str, Any]
         w.add(f"{P}.shm.capacity", hd["shm_capacity"], "B")
         w.add(f"{P}.shm.early_pool", hd["early_pool"], "B")
 
-    return {"restores": restores, "repairs": contract.repairs_frame(rec.repairs),
+    return {"restores": restores, "repairs": log_contract.repairs_frame(rec.repairs),
             "hours": A.hourly_traffic(log, rec.start, rec.end, rec.interval_s), **tables}

@@ -20,27 +20,26 @@ from __future__ import annotations
 import math
 
 from ..errors import RawRecordError
-from .analysis import PoolGeometry
+from ..records import vllm as V
+from ..records.geometry import PoolGeometry
 from ..records.prometheus import Snapshot
 
 PER_TOKEN_SLACK = 2.0  # block rounding and the blocks a restore moves on top; a unit slip is >= 1000x
-SAME = {("load", "bytes"): ("vllm:kv_offload_load_bytes_total", "CPU_to_GPU", "vllm:kv_offload_total_bytes_total"),
-        ("load", "time"): ("vllm:kv_offload_load_time_total", "CPU_to_GPU", "vllm:kv_offload_total_time_total"),
-        ("load", "count"): ("vllm:kv_offload_load_size_count", "CPU_to_GPU", "vllm:kv_offload_size_count"),
-        ("store", "bytes"): ("vllm:kv_offload_store_bytes_total", "GPU_to_CPU", "vllm:kv_offload_total_bytes_total"),
-        ("store", "time"): ("vllm:kv_offload_store_time_total", "GPU_to_CPU", "vllm:kv_offload_total_time_total"),
-        ("store", "count"): ("vllm:kv_offload_store_size_count", "GPU_to_CPU", "vllm:kv_offload_size_count")}
+TRANSFER_TYPE = {direction: tt for tt, direction in V.LEGACY_OFFLOAD.items()}  # load -> CPU_to_GPU
+LEGACY_OF = {"bytes": V.LEGACY_BYTES_TOTAL, "time": V.LEGACY_TIME_TOTAL, "count": V.LEGACY_SIZE_COUNT}
+# (kind, what) -> (the flat counter, transfer_type, the deprecated counter that counts the same)
+SAME = {(kind, what): (flat, TRANSFER_TYPE[kind], LEGACY_OF[what])
+        for kind in ("load", "store") for what, flat in zip(("bytes", "time", "count"), V.offload_series(kind))}
 # vLLM 0.32 counts cached prompt tokens twice: by source (where they came from) and cached by source
-CACHED_AS = {"local_cache_hit": "device", "external_kv_transfer": "host"}
+CACHED_AS = V.CACHED_AS
 
 
 def check_plausible(snap: Snapshot, geo: PoolGeometry, floor_bytes_per_s: float, ceiling_bytes_per_s: float) -> None:
     """Raise naming the counter's line when a derived rate is physically impossible."""
-    by = snap.by_label("vllm:prompt_tokens_by_source_total", "source")
-    produced = float(by["local_compute"]) + snap.value("vllm:generation_tokens_total")
+    by = snap.by_label(V.PROMPT_BY_SOURCE, "source")
+    produced = float(by["local_compute"]) + snap.value(V.GENERATION_TOTAL)
     for kind in ("load", "store"):
-        b_name, t_name = f"vllm:kv_offload_{kind}_bytes_total", f"vllm:kv_offload_{kind}_time_total"
-        c_name = f"vllm:kv_offload_{kind}_size_count"
+        b_name, t_name, c_name = V.offload_series(kind)
         b, t, c = snap.value(b_name), snap.value(t_name), snap.value(c_name)
         if b > 0 and t > 0 and not floor_bytes_per_s <= b / t <= ceiling_bytes_per_s:
             raise RawRecordError(snap.path, f"{kind}s ran at {b / t:,.0f} B/s ({b_name} / {t_name}), outside "
@@ -54,17 +53,17 @@ def check_plausible(snap: Snapshot, geo: PoolGeometry, floor_bytes_per_s: float,
         _same(snap, kind)
     _same_cached(snap, by)
     served = float(by["external_kv_transfer"])
-    loaded = snap.value("vllm:kv_offload_load_bytes_total")
+    loaded = snap.value(V.LOAD_BYTES)
     if served > 0 and not 1 / PER_TOKEN_SLACK <= loaded / served / geo.bytes_per_token <= PER_TOKEN_SLACK:
         raise RawRecordError(snap.path, f"{loaded:,.0f} B loaded for {served:,.0f} tokens served from the pool is "
                                         f"{loaded / served:,.1f} B a token, but a pool block holds "
-                                        f"{geo.bytes_per_token:,.1f} B a token (vllm:kv_offload_config_info)",
-                             line=snap.first_line("vllm:kv_offload_load_bytes_total"))
-    stored = snap.value("vllm:kv_offload_store_bytes_total")
+                                        f"{geo.bytes_per_token:,.1f} B a token ({V.OFFLOAD_CONFIG_INFO})",
+                             line=snap.first_line(V.LOAD_BYTES))
+    stored = snap.value(V.STORE_BYTES)
     if stored > produced * geo.bytes_per_token * PER_TOKEN_SLACK:
         raise RawRecordError(snap.path, f"{stored:,.0f} B stored is more than twice the KV of every computed and "
                                         f"generated token ({produced:,.0f} x {geo.bytes_per_token:,.1f} B)",
-                             line=snap.first_line("vllm:kv_offload_store_bytes_total"))
+                             line=snap.first_line(V.STORE_BYTES))
 
 
 def _same(snap: Snapshot, kind: str) -> None:
@@ -81,12 +80,12 @@ def _same(snap: Snapshot, kind: str) -> None:
 
 
 def _same_cached(snap: Snapshot, by) -> None:  # noqa: ANN001 (a pandas Series by source)
-    name = "vllm:prompt_tokens_cached_by_source_total"
+    name = V.CACHED_BY_SOURCE
     if not snap.has(name):
         return  # exported by 0.32 only
     cached = snap.by_label(name, "source")
     for source, as_cached in CACHED_AS.items():
         if as_cached in cached.index and not math.isclose(float(by[source]), float(cached[as_cached]), abs_tol=0.5):
             raise RawRecordError(snap.path, f'{name}{{source="{as_cached}"}} = {float(cached[as_cached]):,.0f} but '
-                                            f'vllm:prompt_tokens_by_source_total{{source="{source}"}} = {float(by[source]):,.0f}; '
+                                            f'{V.PROMPT_BY_SOURCE}{{source="{source}"}} = {float(by[source]):,.0f}; '
                                             "both count the same prompt tokens", line=snap.first_line(name))

@@ -22,9 +22,11 @@ from .prometheus import Snapshot
 from . import vllm as V
 from .touch import Touching, carry, quiet, touch
 
-if TYPE_CHECKING:  # the server log's readers (production.runcontract.logfacts, production.vllmlog)
-    from ..production.analysis import Log
-    from ..production.runcontract.logfacts import LogFacts
+if TYPE_CHECKING:  # the server log's readers (records.serverlog_facts, records.serverlog)
+    from .serverlog import LogSummary, ServerLog
+    from .serverlog_facts import LogFacts
+
+    Log = ServerLog | LogSummary
 
 GIB = 2**30
 
@@ -253,7 +255,7 @@ def pool_geometry(snap: Snapshot, log: Log) -> PoolGeometry:
 
 
 def shape_from(metrics: Path, worker: dict[str, int] | None) -> dict[str, int | None]:
-    """shape_of, given the worker's startup line already read (kvtier.offload_worker)."""
+    """shape_of, given the worker's startup line already read (kvtier.records.workerlog)."""
     info = Snapshot.read(metrics).labels_of("vllm:cache_config_info")
     try:
         block, blocks = int(info["block_size"]), int(info["num_gpu_blocks"])

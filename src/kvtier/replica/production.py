@@ -34,6 +34,10 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
 
+from ..records import serverlog_write as W
+from ..records.headroom import HeadroomTest, headroom_csv
+from ..records.host import host_yaml
+
 SEED = 20261005
 VERSION = "0.33.0"
 MODEL = "production-moe-int4"
@@ -326,12 +330,9 @@ def _store_op_sizes(rng: np.random.Generator) -> np.ndarray:
 
 # ---------------------------------------------------------------- the server log
 
-def _prefix(proc: str, pid: int, level: str, t: datetime, src: str) -> str:
-    return f"({proc} pid={pid}) {level} {t.strftime('%m-%d %H:%M:%S')} [{src}] "
-
-
 def _write_log(times: list[datetime], idle_lines: list[datetime], per: dict, gap: set[int],
                rng: np.random.Generator) -> str:
+    """The log through its writer (kvtier.records.serverlog_write), in vLLM 0.33's formats."""
     api, core, worker = 2417, 2588, 2601
     t0 = START - timedelta(seconds=118)
     out = io.StringIO()
@@ -342,75 +343,68 @@ def _write_log(times: list[datetime], idle_lines: list[datetime], per: dict, gap
                                    "kv_connector_extra_config": {"block_size": BLOCK_TOKENS,
                                                                  "cpu_bytes_to_use": POOL_GIB * 2**30}},
             "max_num_seqs": 16, "enable_prompt_tokens_details": True}
+    mmap = f"/dev/shm/vllm_offload_{MODEL}-0.mmap"
     startup = [
-        (api, "APIServer", t0, "api_utils.py:347", f"vLLM API server version {VERSION}"),
-        (api, "APIServer", t0, "api_utils.py:286", f"non-default args: {args!r}"),
-        (api, "APIServer", t0 + timedelta(seconds=9), "model.py:2152", f"Using max model len {MAX_MODEL_LEN}"),
+        (api, "APIServer", t0, "api_utils.py:347", W.startup_message("version", version=VERSION)),
+        (api, "APIServer", t0, "api_utils.py:286", W.args_message(args)),
+        (api, "APIServer", t0 + timedelta(seconds=9), "model.py:2152", W.startup_message("max_model_len", max_model_len=MAX_MODEL_LEN)),
         (worker, "Worker", t0 + timedelta(seconds=71), "gpu_model_runner.py:5150",
-         f"Model loading took {WEIGHTS_GIB} GiB memory and 52.318427 seconds"),
-        (worker, "Worker", t0 + timedelta(seconds=88), "gpu_worker.py:760", f"Available KV cache memory: {GPU_KV_GIB} GiB"),
+         W.startup_message("model_loading", model_gib=WEIGHTS_GIB, seconds=52.318427)),
+        (worker, "Worker", t0 + timedelta(seconds=88), "gpu_worker.py:760", W.startup_message("kv_memory", kv_cache_gib=GPU_KV_GIB)),
         (core, "EngineCore", t0 + timedelta(seconds=88), "kv_cache_utils.py:2328",
-         f"GPU KV cache size: {GPU_KV_TOKENS:,} tokens, Maximum concurrency for {MAX_MODEL_LEN:,} tokens per request: "
-         f"{GPU_KV_TOKENS / MAX_MODEL_LEN:.2f}x"),
+         W.startup_message("kv_size", kv_device="GPU", kv_cache_tokens=GPU_KV_TOKENS, max_model_len=MAX_MODEL_LEN,
+                           concurrency=GPU_KV_TOKENS / MAX_MODEL_LEN)),
         (worker, "Worker", t0 + timedelta(seconds=96), "shared_offload_region.py:143",
-         f"Created mmap file /dev/shm/vllm_offload_{MODEL}-0.mmap ({POOL_BLOCKS * BYTES_PER_BLOCK / 1e9:.2f} GB)"),
-        (worker, "Worker", t0 + timedelta(seconds=97), "shared_offload_region.py:202",
-         f"Unlinked mmap file /dev/shm/vllm_offload_{MODEL}-0.mmap"),
+         W.startup_message("mmap", mmap_path=mmap, mmap_gb=POOL_BLOCKS * BYTES_PER_BLOCK / 1e9)),
+        (worker, "Worker", t0 + timedelta(seconds=97), "shared_offload_region.py:202", f"Unlinked mmap file {mmap}"),
         (api, "APIServer", t0 + timedelta(seconds=117), "launcher.py:46", "Route: /metrics, Methods: GET"),
         (api, "APIServer", t0 + timedelta(seconds=118), "api_server.py:1020", "Starting vLLM server on http://0.0.0.0:8000"),
     ]
     for pid, proc, t, src, msg in startup:
-        out.write(_prefix(proc, pid, "INFO", t, src) + msg + "\n")
+        out.write(W.record_line(proc, pid, "INFO", t, src, msg))
     idle = {t: True for t in idle_lines}
     events = [(t, i) for i, t in enumerate(times)] + [(t, -1) for t in idle]
     events.sort()
     reqs_done = 0
     finished = _split_int(REQUESTS, per["computed"] + per["external"] + 1)
+    idle_report = W.StatsReport(0.0, 0.0, 0, 0, 0.0, prefix_hit_pct=85.4, external_hit_pct=15.8)
     for t, i in events:
         if i < 0:
-            out.write(_prefix("APIServer", api, "INFO", t, "loggers.py:335") +
-                      "Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, "
-                      "Running: 0 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.0%, Prefix cache hit rate: 85.4%, "
-                      "External prefix cache hit rate: 15.8%\n")
+            out.write(W.record_line("APIServer", api, "INFO", t, "loggers.py:335", W.stats_message(idle_report)))
             continue
         if i in gap:
             continue
         for _ in range(int(finished[i])):
             reqs_done += 1
-            port = 40000 + (reqs_done * 7919) % 20000
-            out.write(f"(APIServer pid={api}) INFO:     10.20.0.{11 + reqs_done % 5}:{port} - "
-                      f"\"POST /v1/chat/completions HTTP/1.1\" 200 OK\n")
-        parts = [f"Avg prompt throughput: {per['computed'][i] / 10:.1f} tokens/s",
-                 f"Avg generation throughput: {per['generated'][i] / 10:.1f} tokens/s",
-                 f"Running: {int(per['running'][i])} reqs", f"Waiting: {int(rng.random() < 0.08)} reqs"]
-        if per["deferred_count"][i]:
-            parts.append(f"Deferred: {int(per['deferred_count'][i])} reqs")
-        parts += [f"GPU KV cache usage: {rng.uniform(18, 96):.1f}%", f"Prefix cache hit rate: {rng.uniform(82, 89):.1f}%",
-                  f"External prefix cache hit rate: {rng.uniform(10, 22):.1f}%"]
-        out.write(_prefix("APIServer", api, "INFO", t, "loggers.py:335") + "Engine 000: " + ", ".join(parts) + "\n")
-        out.write(_prefix("APIServer", api, "INFO", t, "metrics.py:108") + "KV Transfer metrics: " + _transfer(per, i, rng) + "\n")
+            out.write(W.access_line("APIServer", api, f"10.20.0.{11 + reqs_done % 5}", 40000 + (reqs_done * 7919) % 20000))
+        waiting = int(rng.random() < 0.08)
+        deferred = int(per["deferred_count"][i]) or None
+        usage, prefix_hit, external_hit = rng.uniform(18, 96), rng.uniform(82, 89), rng.uniform(10, 22)
+        report = W.StatsReport(per["computed"][i] / 10, per["generated"][i] / 10, int(per["running"][i]), waiting, usage,
+                               prefix_hit_pct=prefix_hit, external_hit_pct=external_hit, deferred=deferred)
+        out.write(W.record_line("APIServer", api, "INFO", t, "loggers.py:335", W.stats_message(report)))
+        out.write(W.record_line("APIServer", api, "INFO", t, "metrics.py:108", W.transfer_message(_transfer(per, i, rng))))
     return out.getvalue()
 
 
-def _transfer(per: dict, i: int, rng: np.random.Generator) -> str:
-    """One interval's report, keys in first-insertion order as OffloadingConnectorStats.reduce() gives them."""
-    items: list[tuple[str, object]] = []
+def _transfer(per: dict, i: int, rng: np.random.Generator) -> list[tuple[str, int | float]]:
+    """One interval's report items (the readers' vocabulary), in first-insertion order as
+    OffloadingConnectorStats.reduce() gives them."""
+    items: list[tuple[str, int | float]] = []
     if per["lookups"][i]:
-        items += [("vllm:kv_offload_lookup_sync_delay_seconds_count", int(per["lookups"][i])),
-                  ("vllm:kv_offload_lookup_sync_delay_seconds_sum", float(per["lookup_time"][i]))]
+        items += [("lookup_count", int(per["lookups"][i])), ("lookup_time", float(per["lookup_time"][i]))]
     if per["load_count"][i]:
         lb = int(per["load_bytes"][i])
-        items += [("vllm:kv_offload_load_bytes", lb), ("vllm:kv_offload_load_time", float(per["load_time"][i])),
-                  ("vllm:kv_offload_load_size_count", int(per["load_count"][i])), ("vllm:kv_offload_load_size_sum", lb)]
+        items += [("load_bytes", lb), ("load_time", float(per["load_time"][i])), ("load_count", int(per["load_count"][i])),
+                  ("load_size_sum", lb)]
     if per["store_blocks"][i]:
         sb = int(per["store_blocks"][i]) * BYTES_PER_BLOCK
-        items += [("vllm:kv_offload_store_bytes", sb), ("vllm:kv_offload_store_time", float(per["store_time"][i])),
-                  ("vllm:kv_offload_store_size_count", int(per["store_ops"][i])), ("vllm:kv_offload_store_size_sum", sb)]
+        items += [("store_bytes", sb), ("store_time", float(per["store_time"][i])), ("store_count", int(per["store_ops"][i])),
+                  ("store_size_sum", sb)]
     if per["deferred_count"][i]:
-        items += [("vllm:kv_offload_lookup_async_delay_seconds_count", int(per["deferred_count"][i])),
-                  ("vllm:kv_offload_lookup_async_delay_seconds_sum", float(per["deferred_time"][i]))]
-    items.append(("vllm:kv_offload_cpu_cache_usage_perc", round(float(rng.uniform(0, 0.02)), 6)))
-    return ", ".join(f"{k}={v}" for k, v in items)
+        items += [("deferred_count", int(per["deferred_count"][i])), ("deferred_time", float(per["deferred_time"][i]))]
+    items.append(("pool_usage", round(float(rng.uniform(0, 0.02)), 6)))
+    return items
 
 
 # ---------------------------------------------------------------- the /metrics snapshot
@@ -570,34 +564,22 @@ def _request_ttfts(rng: np.random.Generator) -> np.ndarray:
 
 # ---------------------------------------------------------------- host metadata and headroom
 
+HOST_HEADER = """Setup C: the production host and the observation period (facts the server does not print).
+Replica record: the values are the note's (Setup); the dates stand in for the real ones."""
+
+
 def _host_yaml() -> str:
-    return f"""# Setup C: the production host and the observation period (facts the server does not print).
-# Replica record: the values are the note's (Setup); the dates stand in for the real ones.
-setup: C
-observation:
-  # from the start of the server's counters to the /metrics snapshot
-  start: {START.isoformat()}
-  end: {END.isoformat()}
-  log_year: {START.year}
-host:
-  gpu: NVIDIA H200
-  vcpus: 16
-  ram_gib: 197
-model:
-  expert_weight_bits: 4
-  pinned_embedding_gib: 47
-server:
-  vllm_version: {VERSION}
-  stats_interval_s: 10
-"""
+    data = {"setup": "C",
+            "observation": {"start": START, "end": END, "log_year": START.year},
+            "host": {"gpu": "NVIDIA H200", "vcpus": 16, "ram_gib": 197},
+            "model": {"expert_weight_bits": 4, "pinned_embedding_gib": 47},
+            "server": {"vllm_version": VERSION, "stats_interval_s": 10}}
+    return host_yaml(data, HOST_HEADER, {"observation": "from the start of the server's counters to the /metrics snapshot"})
 
 
 def _headroom_csv() -> str:
-    rows = ["host,date,pool_gib,free_ram_gib,shm_total_gib,started,note"]
-    for host, day, pool, free, shm, started, note in HEADROOM:
-        fmt = lambda v: "" if v is None else (f"{v:g}")  # noqa: E731
-        rows.append(f"{host},{day},{pool},{fmt(free)},{fmt(shm)},{started},{note}")
-    return "\n".join(rows) + "\n"
+    return headroom_csv([HeadroomTest(host, day, pool, free, shm, started == "yes", note)
+                         for host, day, pool, free, shm, started, note in HEADROOM])
 
 
 FILES = {"metrics.prom": "metrics", "server.log": "log", "host.yaml": "host", "headroom.csv": "headroom"}

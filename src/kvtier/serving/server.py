@@ -30,7 +30,7 @@ from typing import IO
 
 import httpx
 
-from ..offload_worker import worker_facts_from_log
+from ..records.workerlog import worker_facts_from_log
 
 GiB = 2**30
 TIERS = ("native", "lmcache", "none")

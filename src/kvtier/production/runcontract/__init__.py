@@ -18,7 +18,8 @@ reader calls the checks here, so a fix is made in one place:
 
 Each failure is a RawRecordError naming the file and line.
 
-One module per check (counters, logfacts, geometry, jobs, clientlog); this package's
+One module per check (counters, geometry, jobs, clientlog; the server log's lines are read by
+kvtier.records.serverlog_facts, `logfacts` its old path); this package's
 `check_run_folder` runs them all on a kvtier replay run folder.
 """
 
@@ -31,7 +32,7 @@ from .clientlog import TIME_FIELDS, client_lines, observation_seconds
 from .counters import NEEDED, PER_REQUEST_SERIES, cache_config, check_counters, check_needed, check_no_restart, check_series
 from .geometry import check_geometry
 from .jobs import JOB_COUNTERS, check_jobs
-from .logfacts import JOB, LogFacts, read_log_facts
+from ...records.serverlog_facts import JOB, LogFacts, read_log_facts
 
 __all__ = ["JOB", "JOB_COUNTERS", "NEEDED", "PER_REQUEST_SERIES", "TIME_FIELDS", "LogFacts", "cache_config", "check_counters",
            "check_geometry", "check_jobs", "check_needed", "check_no_restart", "check_run_folder", "check_series",

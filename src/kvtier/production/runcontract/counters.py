@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import RawRecordError
+from ...records import vllm as V
 from ...records.geometry import cache_config  # noqa: F401 (re-exported: the geometry reads it)
 from ...records.prometheus import Snapshot
 
@@ -37,7 +38,7 @@ def check_counters(snap: Snapshot) -> None:
         raise RawRecordError(snap.path, f"{r['name']} is {r['value']}: counters are never negative", line=int(r["line"]))
 
 
-NEEDED = ("vllm:prompt_tokens_total", "vllm:prompt_tokens_by_source_total", "vllm:cache_config_info")
+NEEDED = (V.PROMPT_TOTAL, V.PROMPT_BY_SOURCE, V.CACHE_CONFIG_INFO)
 
 
 def check_needed(snap: Snapshot, needed: tuple[str, ...] = NEEDED) -> None:
@@ -75,15 +76,14 @@ def check_no_restart(start: Snapshot, end: Snapshot) -> None:
 
 # The series a per-request reader (the lab on the CPU build) takes differences of, checked in each
 # scrape and against the scrape before; the other series of those scrapes are never read.
-PER_REQUEST_SERIES = ("vllm:prompt_tokens_total", "vllm:prompt_tokens_by_source_total", "vllm:generation_tokens_total",
-                      "vllm:request_success_total", "vllm:kv_offload_load_bytes_total", "vllm:kv_offload_store_bytes_total",
-                      "vllm:prompt_tokens_by_source_created")
+PER_REQUEST_SERIES = (V.PROMPT_TOTAL, V.PROMPT_BY_SOURCE, V.GENERATION_TOTAL, V.REQUEST_SUCCESS, V.LOAD_BYTES,
+                      V.STORE_BYTES, V.PROMPT_BY_SOURCE_CREATED)
 
 
 def check_series(snap: Any, before: Any = None, names: tuple[str, ...] = PER_REQUEST_SERIES) -> None:
     """check_needed, check_counters and check_no_restart on the series `names` only, for a lazy
     kvtier.serving.metrics.Snapshot (`before`: the scrape before, or None)."""
-    for n in ("vllm:prompt_tokens_by_source_total", "vllm:cache_config_info"):
+    for n in (V.PROMPT_BY_SOURCE, V.CACHE_CONFIG_INFO):
         if not snap.has(n):
             raise RawRecordError(snap.source, f"/metrics snapshot without {n}: the run's tokens by source and the "
                                               "server's blocks cannot be verified")

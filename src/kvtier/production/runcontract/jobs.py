@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 
 from ...errors import RawRecordError
+from ...records import vllm as V
 from ...records.prometheus import Snapshot
-from .logfacts import LogFacts
+from ...records.serverlog_facts import LogFacts
 
-JOB_COUNTERS = {"load": ("vllm:kv_offload_load_bytes_total", "vllm:kv_offload_load_size_count"),
-                "store": ("vllm:kv_offload_store_bytes_total", "vllm:kv_offload_store_size_count")}
+JOB_COUNTERS = {"load": (V.LOAD_BYTES, V.LOAD_COUNT), "store": (V.STORE_BYTES, V.STORE_COUNT)}
 
 
 

@@ -1,0 +1,116 @@
+"""Host facts (host.yaml): the observation period the server's counters cover, and the host.
+
+One reader with one set of checks for every rule that needs the period, and one writer (the
+replica generator's). The record touches its file when its data is read (records.touch).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import RawRecordError
+from ..yamlio import load_yaml
+from .touch import PathTouching
+
+DEFAULT_INTERVAL_S = 10.0  # vLLM's stats interval when host.yaml does not say
+
+
+@dataclass(frozen=True, eq=False)
+class HostRecord(PathTouching):  # its data touches its file (records.touch)
+    """host.yaml as read: the parsed mapping and the observation period it states."""
+
+    path: str
+    data: dict[str, Any]
+    start: datetime
+    end: datetime
+
+    @property
+    def log_year(self) -> int:
+        """The year of the server log's timestamps (they carry none): observation.log_year, else the start's."""
+        return int((self.data.get("observation") or {}).get("log_year", self.start.year))
+
+    @property
+    def interval_s(self) -> float:
+        """The server's report interval (server.stats_interval_s; vLLM's default otherwise)."""
+        return float((self.data.get("server") or {}).get("stats_interval_s", DEFAULT_INTERVAL_S))
+
+    def facts(self) -> list[tuple[str, float, str]]:
+        """The host facts it holds, in the production record's terms (vcpus, ram_gib, the model's
+        facts) or kvtier replay's (cpus, ram_bytes), as (name, value in base units, unit); what is
+        absent is not listed."""
+        return host_facts(self.data, self.path)
+
+
+def read_host_record(path: str | Path) -> HostRecord:
+    """host.yaml, checked: observation.start and .end ISO timestamps, the end after the start."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        data = load_yaml(text)
+    except yaml.YAMLError as e:
+        raise RawRecordError(path, f"not YAML ({e})") from None
+    try:
+        obs = data["observation"]
+        start, end = (v if isinstance(v, datetime) else datetime.fromisoformat(str(v)) for v in (obs["start"], obs["end"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise RawRecordError(path, f"observation.start/end missing or not ISO timestamps ({e})") from None
+    if end <= start:
+        raise RawRecordError(path, f"observation.end {end} is not after observation.start {start}")
+    return HostRecord(str(path), data, start, end)
+
+
+def read_host(path: str | Path) -> tuple[dict[str, Any], datetime, datetime]:
+    """The parsed record, and the observation period's start and end (the older shape)."""
+    rec = read_host_record(path)
+    return rec.data, rec.start, rec.end
+
+
+GIB = 2.0**30
+
+
+def host_facts(meta: dict[str, Any], path: str) -> list[tuple[str, float, str]]:
+    """HostRecord.facts of a host.yaml already parsed (`meta`; `path` for the error)."""
+    host, model = meta.get("host") or {}, meta.get("model") or {}
+    out: list[tuple[str, float, str]] = []
+    try:
+        vcpus = host.get("vcpus", host.get("cpus"))
+        if vcpus is not None:
+            out.append(("vcpus", int(vcpus), "count"))
+        if host.get("ram_gib") is not None:
+            out.append(("ram", float(host["ram_gib"]) * GIB, "B"))
+        elif host.get("ram_bytes") is not None:
+            out.append(("ram", float(host["ram_bytes"]), "B"))
+        if "expert_weight_bits" in model:
+            out.append(("expert_weight_bits", int(model["expert_weight_bits"]), "count"))
+        if "pinned_embedding_gib" in model:
+            out.append(("pinned_embedding", float(model["pinned_embedding_gib"]) * GIB, "B"))
+    except (TypeError, ValueError) as e:
+        raise RawRecordError(path, f"a host fact is not a number ({e})") from None
+    return out
+
+
+# ---------------------------------------------------------------- writer
+
+def _scalar(v: Any) -> str:
+    return v.isoformat() if isinstance(v, datetime) else str(v)
+
+
+def host_yaml(data: dict[str, Any], header: str = "", notes: dict[str, str] | None = None) -> str:
+    """host.yaml's text: `data`'s sections (a scalar, or a mapping of scalars, per key) in their
+    order, `header` as comment lines on top, `notes[section]` as a comment line first inside a
+    section. Scalars as YAML reads them back: timestamps in ISO form, numbers and plain words."""
+    notes = notes or {}
+    out = [f"# {line}" if line else "#" for line in header.splitlines()]
+    for key, value in data.items():
+        if not isinstance(value, dict):
+            out.append(f"{key}: {_scalar(value)}")
+            continue
+        out.append(f"{key}:")
+        if key in notes:
+            out.append(f"  # {notes[key]}")
+        out += [f"  {k}: {_scalar(v)}" for k, v in value.items()]
+    return "\n".join(out) + "\n"
