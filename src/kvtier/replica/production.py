@@ -221,7 +221,9 @@ def generate(seed: int = SEED) -> Replica:
     top = np.isin(hour_of[visible_slots], TOP_HOURS)
     # Volume into the two top hours: the largest restores first, until TOP_HOURS_SHARE is reached.
     grouped = {int(m) for g in groups for m in g}
-    singles = [i for i in np.argsort(-sizes) if i not in grouped]
+    # stable: equal sizes in index order, so the placement is the same on every CPU (numpy's default
+    # quicksort orders ties by whichever SIMD sort the machine has)
+    singles = [i for i in np.argsort(-sizes, kind="stable") if i not in grouped]
     budget = TOP_HOURS_SHARE * sizes.sum()
     to_top, acc = set(), 0
     for i in singles:  # largest first, then smaller ones fill up to the budget
