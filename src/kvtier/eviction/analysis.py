@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import RawRecordError
-from ..production.runcontract.logfacts import read_log_facts
+from ..records.serverlog_facts import read_log_facts
 from ..records import geometry
 from ..records.evictionrun import MEASURED_PHASES, EvictionRun, read_run
 from ..records.prometheus import Snapshot

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
 
 from ..errors import RawRecordError
+from ..records.evictionrun import read_run
 from ..records.touch import quiet
-from ..records.traced import SRC, Row, TouchingMapping, TracedFrame, read
+from ..records.traced import SRC, Row, TracedFrame, read
 from . import analysis
 from .cpuset import flag_load, spread
 
@@ -39,18 +40,16 @@ def load(run_dirs: list[Path], run_schema: Path, request_schema: Path) -> tuple[
     reqs, runs = analysis.load(run_dirs, run_schema, request_schema)
     if runs.empty:
         raise RawRecordError("raw/eviction/longctx", "no long-context runs among the pinned records")
-    cells = [read(_wall_s, Path(d)) for d in runs.run_dir]
+    cells = [read(_wall_s, read_run(Path(d), run_schema, request_schema).meta) for d in runs.run_dir]
     runs["wall_s"] = [v for v, _ in cells]
     runs[SRC + "wall_s"] = pd.Series([f for _, f in cells], index=runs.index, dtype=object)
     reqs = TracedFrame(reqs.merge(runs[["run", "target_tokens"]], on="run", how="left"))
     return reqs, runs
 
 
-def _wall_s(run_dir: Path) -> float | None:
-    """Seconds of the whole launch (server start to stop, attempts of a resumed run not summed)."""
-    from ..yamlio import load_yaml
-
-    meta = TouchingMapping(load_yaml((run_dir / "run.yaml").read_text(encoding="utf-8")), run_dir / "run.yaml")
+def _wall_s(meta: Mapping[str, Any]) -> float | None:
+    """Seconds of the whole launch (server start to stop, attempts of a resumed run not summed),
+    from its run.yaml as the run's reader gives it (its items touch run.yaml when read)."""
     load = meta.get("host_load") or {}
     if load.get("start") and load.get("end"):  # the sampler runs from before the server's start to after its stop
         return (pd.Timestamp(load["end"]) - pd.Timestamp(load["start"])).total_seconds()

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import RawRecordError
-from ..production import runcontract
+from ..records import runcontract
 from ..records.geometry import lmcache_pool, shape_from
 from ..records.labrun import read_lab_run, read_run
 from ..records.labwriter import METRICS_AFTER

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import RawRecordError
-from . import runcontract
+from ..records import runcontract
 from ..records import vllm as V
 from ..records.clientlog import SUM_FAILED_FIELDS as FAILED_FIELDS, SUM_FIELDS as FIELDS, read_client  # noqa: F401 (re-exported)
 from ..records.prometheus import Snapshot

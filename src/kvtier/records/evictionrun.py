@@ -178,10 +178,11 @@ class EvictionRun(_RunFiles):
 
     def logged_block_bytes(self) -> int | None:
         """Bytes of one offloaded block as the offload worker's startup line in server.log gives them."""
-        from ..serving.server import offload_block_bytes_from_log
+        from .workerlog import worker_facts_from_log
 
         log = self.server_log
-        found = offload_block_bytes_from_log(log) if log is not None else None
+        facts = worker_facts_from_log(log) if log is not None else None
+        found = facts["bytes_per_offloaded_block"] if facts else None
         if found:
             touch(log)  # type: ignore[arg-type]
         return found

@@ -114,3 +114,16 @@ def host_yaml(data: dict[str, Any], header: str = "", notes: dict[str, str] | No
             out.append(f"  # {notes[key]}")
         out += [f"  {k}: {_scalar(v)}" for k, v in value.items()]
     return "\n".join(out) + "\n"
+
+
+def observation_seconds(host_yaml: Path) -> float | None:
+    """How long the run's observation lasted (host.yaml observation start..end), or None."""
+    from ..yamlio import load_yaml
+
+    if not host_yaml.is_file():
+        return None
+    obs = (load_yaml(host_yaml.read_text(encoding="utf-8")) or {}).get("observation") or {}
+    try:
+        return (datetime.fromisoformat(str(obs["end"])) - datetime.fromisoformat(str(obs["start"]))).total_seconds()
+    except (KeyError, ValueError, TypeError):
+        return None

@@ -211,7 +211,7 @@ def read(run_dir: str | Path) -> ReplayRun:
     """One run's records, checked against each other (quietly: a check makes no value): the run
     contract on the folder, run.yaml's tier against the offload worker's line, the counters'
     prompt tokens against the answered requests', their cached tokens against the usage fields."""
-    from ..production import runcontract
+    from . import runcontract
     from ..step_budget import step_tokens_of
 
     run_dir = Path(run_dir)
@@ -248,7 +248,7 @@ def read(run_dir: str | Path) -> ReplayRun:
 
 def observation_seconds(host_yaml: Path) -> float | None:
     """How long the run's observation lasted (host.yaml), or None: the client log's check."""
-    from ..production.runcontract import observation_seconds as seconds
+    from .host import observation_seconds as seconds
 
     with quiet():
         return seconds(host_yaml)
