@@ -12,11 +12,12 @@ the median (order statistics of the binomial, as in Conover, Practical Nonparame
 
 from __future__ import annotations
 
+from fractions import Fraction
+from math import comb
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy.stats import binom
 
 from ..hostload import read_series
 
@@ -25,13 +26,25 @@ CI_LEVEL = 0.95
 CI_MIN_N = 6  # five values cover the median with at most 1 - 2/32 = 93.75%
 
 
+def _half_cdf(n: int) -> list[Fraction]:
+    """P(X <= k) for k = 0..n, X ~ Binomial(n, 1/2), exactly: sums of C(n, i) / 2^n (what
+    scipy.stats.binom computes in floating point; scipy.stats costs about a second to import)."""
+    out, acc = [], 0
+    for i in range(n + 1):
+        acc += comb(n, i)
+        out.append(Fraction(acc, 2 ** n))
+    return out
+
+
 def median_ci95_ranks(n: int) -> tuple[int, int] | None:
     """1-based ranks (lo, hi) of the order statistics bounding the median with >= 95% coverage;
     None below six values (five give at most 1 - 2/32 = 93.75%)."""
     if n < CI_MIN_N:
         return None
-    j = int(binom.ppf((1 - CI_LEVEL) / 2, n, 0.5))
-    while j > 0 and binom.cdf(n - j, n, 0.5) - binom.cdf(j - 1, n, 0.5) < CI_LEVEL:
+    cdf = _half_cdf(n)
+    level, tail = Fraction(CI_LEVEL), Fraction(1 - CI_LEVEL) / 2
+    j = next(k for k in range(n + 1) if cdf[k] >= tail)  # the binomial's quantile (ppf) at the lower tail
+    while j > 0 and cdf[n - j] - cdf[j - 1] < level:
         j -= 1
     return (j, n - j + 1) if j >= 1 else None
 
