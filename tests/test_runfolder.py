@@ -141,6 +141,22 @@ def test_median_interval_ranks_match_the_published_table(n: int, ranks: tuple[in
     assert cpuset.median_ci95_ranks(n) == ranks
 
 
+def test_median_interval_ranks_equal_scipys_binomial() -> None:
+    """The exact binomial (integers, no scipy.stats import) gives the ranks scipy.stats.binom gave."""
+    binom = pytest.importorskip("scipy.stats").binom
+
+    def scipy_ranks(n: int) -> tuple[int, int] | None:
+        if n < cpuset.CI_MIN_N:
+            return None
+        j = int(binom.ppf((1 - cpuset.CI_LEVEL) / 2, n, 0.5))
+        while j > 0 and binom.cdf(n - j, n, 0.5) - binom.cdf(j - 1, n, 0.5) < cpuset.CI_LEVEL:
+            j -= 1
+        return (j, n - j + 1) if j >= 1 else None
+
+    for n in [*range(0, 200), 255, 256, 511, 1000, 1001]:
+        assert cpuset.median_ci95_ranks(n) == scipy_ranks(n), n
+
+
 def test_latest_set_and_table_run_follow_the_recorded_start_not_the_name() -> None:
     runs = pd.DataFrame({"run": ["zzz-native", "aaa-1-native", "aaa-1-none"], "record_set": ["zzz", "aaa", "aaa"],
                          "started": ["2026-12-01T10:00:00+00:00", "2026-12-01T22:00:00+00:00", "2026-12-01T22:05:00+00:00"],
