@@ -9,7 +9,13 @@ Per run, on a fresh copy of the working tree (as git sees it: no results, no bui
   forced  `snakemake --cores N --forceall` (every rule again, extension built);
   minimal `snakemake --cores N --forceall` of benchmarks/minimal (two rules: a table, a figure);
   minimal no-op  `snakemake --cores N` of benchmarks/minimal again (nothing to do): Snakemake's
-          own start and DAG on two rules, the floor of a no-op in this venv.
+          own start and DAG on two rules, the floor of a no-op in this venv;
+  minimal+param no-op  the same with one `params:` value in a rule: whenever pandas is installed,
+          Snakemake imports it at every start to compare a rule's params with the recorded ones
+          (persistence._serialize_param_pandas), the floor of a no-op of a workflow with params.
+Once, at the end: the floors of a process (CPU of `import snakemake.cli`, `snakemake --version`,
+`import pandas`, `import matplotlib.pyplot`), and the rebuild's CPU above the sum of the rules'
+import floors.
 The copy's own package is imported (PYTHONPATH=copy/src), so its freshly built extension is used.
 The copy starts without __pycache__ (as a clone does) and Python writes it as the first processes
 import the package, as on a user's machine; --no-bytecode makes every process compile the
@@ -147,11 +153,18 @@ def main() -> None:
             timed([exe, "--cores", args.cores, "--quiet", "all"], mini)  # first: outputs exist afterwards
             mw, mc = timed([exe, "--cores", args.cores, "--quiet", "all", "--forceall"], mini)
             mnw, mnc = timed([exe, "--cores", args.cores, "--quiet", "all"], mini)
+            minip = Path(tmp) / "minimal_params"
+            shutil.copytree(MINIMAL, minip)
+            text = (minip / "Snakefile").read_text(encoding="utf-8")
+            (minip / "Snakefile").write_text(text.replace('    log:\n        "out/table.log",',
+                                                          '    params:\n        n=50,\n    log:\n        "out/table.log",', 1))
+            timed([exe, "--cores", args.cores, "--quiet", "all"], minip)
+            mpw, mpc = timed([exe, "--cores", args.cores, "--quiet", "all"], minip)
             if i == args.runs - 1:
                 floors = import_floors(repo, env)
         row = {"build_s": bw, "build_cpu_s": bc, "fresh_s": bw + fw, "fresh_cpu_s": bc + fc, "noop_s": nw, "noop_cpu_s": nc,
                "forced_s": xw, "forced_cpu_s": xc, "minimal_s": mw, "minimal_cpu_s": mc,
-               "minimal_noop_s": mnw, "minimal_noop_cpu_s": mnc,
+               "minimal_noop_s": mnw, "minimal_noop_cpu_s": mnc, "minimal_params_noop_s": mpw, "minimal_params_noop_cpu_s": mpc,
                "load_1min": os.getloadavg()[0]}
         rows.append(row)
         print(f"run {i + 1}: fresh {row['fresh_s']:.1f} s (build {bw:.1f} s), no-op {nw:.2f} s, forced {xw:.1f} s, "
@@ -166,11 +179,12 @@ def main() -> None:
     print(f"median of {args.runs} (wall / CPU user+sys), as a ratio of the medians; the median of the "
           f"runs' own ratios: fresh {per_run['fresh']:.2f}x, forced {per_run['forced']:.2f}x, no-op "
           f"{per_run['noop_vs_minimal_noop']:.2f}x the minimal's no-op")
-    for name in ("fresh", "noop", "forced", "minimal", "minimal_noop"):
+    for name in ("fresh", "noop", "forced", "minimal", "minimal_noop", "minimal_params_noop"):
         w, c = med[f"{name}_s"], med[f"{name}_cpu_s"]
         extra = "" if name.startswith("minimal") else f"   = {ratio[f'{name}_s']:.2f}x / {ratio[f'{name}_cpu_s']:.2f}x the minimal workflow"
         if name == "noop":
-            extra += f"; {w / med['minimal_noop_s']:.2f}x the minimal's no-op"
+            extra += (f"; {w / med['minimal_noop_s']:.2f}x the minimal's no-op, "
+                      f"{w / med['minimal_params_noop_s']:.2f}x the minimal+param no-op")
         print(f"  {name:<13}{w:6.2f} s / {c:6.2f} s{extra}")
     print(f"targets: fresh <= 1.5x the minimal: {'met' if ratio['fresh_s'] <= 1.5 else 'NOT met'} ({ratio['fresh_s']:.2f}x); "
           f"no-op <= 1.2 s: {'met' if med['noop_s'] <= 1.2 else 'NOT met'} ({med['noop_s']:.2f} s)")
@@ -185,10 +199,22 @@ def main() -> None:
     last = rows[-1]
     print(f"  rules' CPU {rules_cpu:.2f} s of the last fresh run's {last['fresh_cpu_s'] - last['build_cpu_s']:.2f} s "
           f"(less the build); the rest is Snakemake's own (startup, DAG, scheduling, bookkeeping)")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    process = {"import snakemake.cli": cpu_of("import snakemake.cli", env),
+               "import pandas": cpu_of("import pandas", env),
+               "import matplotlib.pyplot": cpu_of("import matplotlib; matplotlib.use('svg'); import matplotlib.pyplot", env)}
+    process["snakemake --version"] = statistics.median(timed([exe, "--version"], REPO)[1] for _ in range(3))
+    print("floors (CPU of a fresh process): " + ", ".join(f"{k} {v:.2f} s" for k, v in process.items()))
+    floor_sum = sum(floors.get(name, 0.0) for name in rules)
+    print(f"  the last fresh run's rules: {rules_cpu:.2f} s CPU, of which their import floors {floor_sum:.2f} s: "
+          f"{rules_cpu - floor_sum:.2f} s of their own work above the floors; Snakemake's main process "
+          f"{last['fresh_cpu_s'] - last['build_cpu_s'] - rules_cpu:.2f} s (the minimal workflow's whole run: "
+          f"{med['minimal_cpu_s']:.2f} s)")
     print(f"load average at end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}")
     if args.json:
         args.json.write_text(json.dumps({"runs": rows, "median": med, "ratio": ratio, "median_of_run_ratios": per_run, "rules": rules, "import_floor_cpu_s": floors,
-                                         "rule_floor_s": rule_floor, "load_start": load_start, "load_end": load_end}, indent=1) + "\n")
+                                         "rule_floor_s": rule_floor, "process_floor_cpu_s": process,
+                                         "load_start": load_start, "load_end": load_end}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from kvtier import manifest as manifest_mod
 from kvtier import pins as pins_mod
 from kvtier.errors import ManifestError
 from kvtier.manifest import add_entries
@@ -30,13 +31,13 @@ def tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _hashes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
-    real = pins_mod.sha256_of
+    real = manifest_mod.sha256_of  # the one pin-check loop (kvtier.manifest.verify_entries) hashes with it
 
     def counting(p):  # type: ignore[no-untyped-def]
         seen.append(Path(p).name)
         return real(p)
 
-    monkeypatch.setattr(pins_mod, "sha256_of", counting)
+    monkeypatch.setattr(manifest_mod, "sha256_of", counting)
     return seen
 
 
@@ -112,7 +113,7 @@ def test_a_stamp_changes_only_with_its_own_rows(tree: Path) -> None:
 
 
 def test_the_fast_walks_agree_with_the_manifest_module(tree: Path) -> None:
-    """unpinned() against manifest.unpinned_files (a symlinked folder and file, a new file), and
+    """unpinned() (now manifest.unpinned_files itself: one walk) on a symlinked folder and file and a new file, and
     run_folders()/under() against the curve's and the eviction rule's own functions, on this repo."""
     from kvtier.eviction.workflow import pinned_records
     from kvtier.manifest import read_manifest, unpinned_files

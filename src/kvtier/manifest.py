@@ -13,9 +13,11 @@ from __future__ import annotations
 import csv
 import hashlib
 import os
+import stat
+import time
 import unicodedata
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Iterable
 
 from .errors import ManifestError
@@ -48,15 +50,14 @@ def path_problem(path: str) -> str | None:
     named = name_problem(path)
     if named:
         return named
-    pure = PurePosixPath(path)
-    if pure.is_absolute():
+    if path.startswith("/"):
         return "is absolute"
     parts = path.split("/")
     if any(part in ("", ".", "..") for part in parts):
         return "is not a plain relative path (it has '..', '.' or an empty part)"
     if parts[0] != "raw" or len(parts) < 2:
         return "is not under raw/"
-    if pure.name in NOT_RECORDS and len(parts) == 2:
+    if parts[-1] in NOT_RECORDS and len(parts) == 2:
         return "is the manifest itself"
     return None
 
@@ -119,8 +120,77 @@ def _root_of(manifest: Path) -> Path:
     return manifest.resolve().parent.parent
 
 
+Known = dict[str, tuple[str, tuple[int, ...]]]  # path -> (sha256, stat identity) as last hashed
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def verify_entries(entries: dict[str, Entry], root: Path, manifest: Path, known: Known | None = None,
+                   settle_ns: int = 0) -> tuple[Known, int]:
+    """The one pin-check loop (the workflow's check at every invocation, a rule's check of its
+    inputs, `kvtier manifest verify`): each entry's file a regular file inside raw/ (no symlink on
+    the way), of its pinned size and sha256. The sha256 is computed again unless `known` holds the
+    file's current stat identity with its pinned hash (kvtier.pins: hashes by stat identity; None
+    hashes every file). Returns the (sha256, identity) worth recording for each file (not a file
+    whose ctime is within `settle_ns` of now) and how many files were hashed."""
+    known = known or {}
+    now = time.time_ns()
+    keep: Known = {}
+    dirs_ok: set[str] = set()  # folders seen to be real folders (each folder lstat'ed once, not once a file)
+    base = os.fspath(root) + os.sep
+    hashed = 0
+    for rel, entry in entries.items():
+        full = base + rel
+        link = _symlinked_folder(base, rel, dirs_ok)
+        try:
+            st = os.lstat(full)
+        except (FileNotFoundError, NotADirectoryError):
+            st = None
+        if link or (st is not None and stat.S_ISLNK(st.st_mode)):
+            raise ManifestError(f"{rel}: {link or rel} is a symlink; raw records must be regular files inside raw/ "
+                                "(copy the file in and pin it)")
+        if st is None:
+            raise ManifestError(f"{rel}: listed in {manifest} but missing on disk")
+        if not stat.S_ISREG(st.st_mode):
+            raise ManifestError(f"{rel}: listed in {manifest} but not a regular file")
+        ident = _identity(st)
+        if st.st_size == entry.bytes and known.get(rel) == (entry.sha256, ident):
+            keep[rel] = known[rel]
+            continue
+        digest = sha256_of(full) if st.st_size == entry.bytes else ""
+        hashed += 1
+        if st.st_size != entry.bytes or digest != entry.sha256:
+            shown = f"sha256 {digest[:12]}… vs {entry.sha256[:12]}…" if digest else "sha256 not computed"
+            raise ManifestError(
+                f"{rel}: content differs from {manifest} (bytes {st.st_size} vs {entry.bytes}, {shown}); raw records "
+                "are read-only — restore the file, or re-pin it deliberately with `kvtier manifest add`")
+        if _identity(os.lstat(full)) == ident and now - st.st_ctime_ns > settle_ns:
+            keep[rel] = (digest, ident)
+    return keep, hashed
+
+
+def _symlinked_folder(base: str, rel: str, dirs_ok: set[str]) -> str | None:
+    """The first of rel's folders that is a symlink (or not a folder), relative to the root, or None."""
+    end = rel.find("/")
+    while end != -1:
+        folder = rel[:end]
+        if folder not in dirs_ok:
+            try:
+                mode = os.lstat(base + folder).st_mode
+            except (FileNotFoundError, NotADirectoryError):
+                return None  # the file is then missing: said so by the caller
+            if stat.S_ISLNK(mode):
+                return folder
+            if stat.S_ISDIR(mode):
+                dirs_ok.add(folder)
+        end = rel.find("/", end + 1)
+    return None
+
+
 def verify_files(paths: Iterable[str | Path], manifest: str | Path = "raw/MANIFEST.tsv") -> dict[str, Entry]:
-    """Check each raw path is listed and unchanged; returns the entries checked."""
+    """Check each raw path is listed and unchanged (every file hashed); returns the entries checked."""
     manifest = Path(manifest)
     entries = read_manifest(manifest)
     root = _root_of(manifest)
@@ -130,8 +200,8 @@ def verify_files(paths: Iterable[str | Path], manifest: str | Path = "raw/MANIFE
         entry = entries.get(rel)
         if entry is None:
             raise ManifestError(f"{rel}: not listed in {manifest}; add it with `kvtier manifest add` before using it")
-        _check_entry(entry, root, manifest)
         checked[rel] = entry
+    verify_entries(checked, root, manifest)
     return checked
 
 
@@ -158,49 +228,35 @@ def _relative(p: str | Path, root: Path, manifest: Path) -> str:
     return rel
 
 
-def _check_entry(entry: Entry, root: Path, manifest: Path) -> None:
-    """One pinned file: a regular file (no symlink on the way), of the pinned size and sha256."""
-    rel = entry.path
-    link = _symlink_on_the_way(root, rel)
-    if link:
-        raise ManifestError(f"{rel}: {link} is a symlink; raw records must be regular files inside raw/ "
-                            "(copy the file in and pin it)")
-    full = root / rel
-    if not full.exists():
-        raise ManifestError(f"{rel}: listed in {manifest} but missing on disk")
-    if not full.is_file():
-        raise ManifestError(f"{rel}: listed in {manifest} but not a regular file")
-    size = full.stat().st_size
-    digest = sha256_of(full) if size == entry.bytes else ""
-    if size != entry.bytes or digest != entry.sha256:
-        shown = f"sha256 {digest[:12]}… vs {entry.sha256[:12]}…" if digest else "sha256 not computed"
-        raise ManifestError(
-            f"{rel}: content differs from {manifest} (bytes {size} vs {entry.bytes}, {shown}); raw records "
-            "are read-only — restore the file, or re-pin it deliberately with `kvtier manifest add`"
-        )
-
-
 def unpinned_files(raw_dir: Path, root: Path, entries: dict[str, Entry]) -> list[str]:
-    """Files and symlinks under raw/ that no manifest row pins (they are read by nothing)."""
-    on_disk = set()
-    for p in raw_dir.rglob("*"):
-        if (p.is_file() or p.is_symlink()) and p.name not in NOT_RECORDS:
-            rel = p.relative_to(root).as_posix()
-            problem = name_problem(rel)
-            if problem:  # never printed as it is: the console line it would make could lie
-                raise ManifestError(f"{ascii(rel)}: a file under raw/ whose name {problem}; rename or remove it")
-            on_disk.add(rel)
+    """Files and symlinks under raw/ that no manifest row pins (they are read by nothing), by
+    os.scandir (one call a folder); a symlinked folder counts as a file and is not entered."""
+    on_disk: set[str] = set()
+    top = os.fspath(raw_dir)
+    prefix, cut = Path(raw_dir).relative_to(root).as_posix(), len(top)  # a path under raw_dir: prefix + its tail
+    stack = [top]
+    while stack:
+        with os.scandir(stack.pop()) as it:
+            for e in it:
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(e.path)
+                elif (e.is_symlink() or e.is_file()) and e.name not in NOT_RECORDS:
+                    rel = prefix + e.path[cut:].replace(os.sep, "/")
+                    problem = name_problem(rel)
+                    if problem:  # never printed as it is: the console line it would make could lie
+                        raise ManifestError(f"{ascii(rel)}: a file under raw/ whose name {problem}; rename or remove it")
+                    on_disk.add(rel)
     return sorted(on_disk - set(entries))
 
 
 def check_pins(manifest: str | Path = "raw/MANIFEST.tsv") -> list[str]:
-    """Every pinned file present, a regular file, of its size and sha256 (whatever its mtime);
-    returns the files under raw/ that are not pinned. Run by the workflow on each invocation."""
+    """Every pinned file present, a regular file, of its size and sha256 (whatever its mtime; every
+    file hashed); returns the files under raw/ that are not pinned. The workflow runs the same
+    loop as kvtier.pins.Pins.check, which hashes only files whose stat identity moved."""
     manifest = Path(manifest)
     entries = read_manifest(manifest)
     root = _root_of(manifest)
-    for entry in entries.values():
-        _check_entry(entry, root, manifest)
+    verify_entries(entries, root, manifest)
     return unpinned_files(manifest.resolve().parent, root, entries)
 
 
@@ -213,7 +269,8 @@ def verify_tree(raw_dir: str | Path = "raw", manifest: str | Path | None = None)
     unlisted = unpinned_files(raw_dir.resolve(), root, entries)
     if unlisted:
         raise ManifestError(f"{unlisted[0]}: file under raw/ not listed in {manifest} ({len(unlisted)} unlisted in all)")
-    return verify_files(sorted(entries), manifest)
+    verify_entries(entries, root, manifest)
+    return dict(sorted(entries.items()))
 
 
 def add_entries(paths: Iterable[str | Path], klass: str, description: str, manifest: str | Path = "raw/MANIFEST.tsv",

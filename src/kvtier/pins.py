@@ -24,14 +24,12 @@ from __future__ import annotations
 import csv
 import io
 import os
-import stat
 import sys
-import time
 from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import ManifestError
-from .manifest import COLUMNS, NOT_RECORDS, Entry, name_problem, read_manifest, sha256_of
+from .manifest import COLUMNS, Entry, Known, read_manifest, unpinned_files, verify_entries
 from .numbers import atomic_write_text
 
 PINS_DIR = "results/pins"
@@ -40,11 +38,7 @@ HASHED_COLUMNS = ["path", "sha256", "dev", "ino", "bytes", "mtime_ns", "ctime_ns
 SETTLE_NS = 2_000_000_000  # a file changed this recently is hashed again next time
 
 
-def _identity(st: os.stat_result) -> tuple[int, int, int, int, int]:
-    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-
-
-def _read_hashed(path: Path) -> dict[str, tuple[str, tuple[int, ...]]]:
+def _read_hashed(path: Path) -> Known:
     """path -> (sha256, identity) as last hashed; an unreadable or foreign file counts as empty."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -126,57 +120,10 @@ class Pins:
             wanted[rel] = self.entries[rel]
         return self._verify(wanted, _read_hashed(self.out / Path(HASHED).name))[1]
 
-    def _verify(self, entries: dict[str, Entry], known: dict[str, tuple[str, tuple[int, ...]]]
-                ) -> tuple[dict[str, tuple[str, tuple[int, ...]]], int]:
-        """Every entry's file as pinned; returns the (sha256, identity) worth recording for each, and
-        how many files were hashed."""
-        now = time.time_ns()
-        keep: dict[str, tuple[str, tuple[int, ...]]] = {}
-        dirs_ok: set[str] = set()  # folders seen to be real folders (each folder lstat'ed once, not once a file)
-        hashed = 0
-        for rel, entry in entries.items():
-            full_path = self.root / rel
-            link = self._symlinked_folder(rel, dirs_ok)
-            try:
-                st = os.lstat(full_path)
-            except (FileNotFoundError, NotADirectoryError):
-                raise ManifestError(f"{rel}: listed in {self.manifest} but missing on disk") from None
-            if link or stat.S_ISLNK(st.st_mode):
-                raise ManifestError(f"{rel}: {link or rel} is a symlink; raw records must be regular files inside raw/ "
-                                    "(copy the file in and pin it)")
-            if not stat.S_ISREG(st.st_mode):
-                raise ManifestError(f"{rel}: listed in {self.manifest} but not a regular file")
-            ident = _identity(st)
-            if st.st_size == entry.bytes and known.get(rel) == (entry.sha256, ident):
-                keep[rel] = known[rel]
-                continue
-            digest = sha256_of(full_path) if st.st_size == entry.bytes else ""
-            hashed += 1
-            if st.st_size != entry.bytes or digest != entry.sha256:
-                shown = f"sha256 {digest[:12]}… vs {entry.sha256[:12]}…" if digest else "sha256 not computed"
-                raise ManifestError(
-                    f"{rel}: content differs from {self.manifest} (bytes {st.st_size} vs {entry.bytes}, {shown}); raw "
-                    "records are read-only — restore the file, or re-pin it deliberately with `kvtier manifest add`")
-            if _identity(os.lstat(full_path)) == ident and now - st.st_ctime_ns > SETTLE_NS:
-                keep[rel] = (digest, ident)
-        return keep, hashed
-
-    def _symlinked_folder(self, rel: str, dirs_ok: set[str]) -> str | None:
-        """The first of rel's folders that is a symlink (or not a folder), relative to the root, or None."""
-        parts = rel.split("/")[:-1]
-        for i in range(1, len(parts) + 1):
-            folder = "/".join(parts[:i])
-            if folder in dirs_ok:
-                continue
-            try:
-                mode = os.lstat(self.root / folder).st_mode
-            except (FileNotFoundError, NotADirectoryError):
-                return None  # the file is then missing: said so by the caller
-            if stat.S_ISLNK(mode):
-                return folder
-            if stat.S_ISDIR(mode):
-                dirs_ok.add(folder)
-        return None
+    def _verify(self, entries: dict[str, Entry], known: Known) -> tuple[Known, int]:
+        """Every entry's file as pinned, hashed unless its stat identity is the one `known` records
+        (the loop is kvtier.manifest.verify_entries, the same for `kvtier manifest verify`)."""
+        return verify_entries(entries, self.root, self.manifest, known, SETTLE_NS)
 
     def stamp(self, name: str, inputs: Any) -> str:
         """results/pins/<name>.tsv: the manifest rows of the raw files among `inputs` (a rule's
@@ -202,23 +149,7 @@ class Pins:
         return path.as_posix()
 
 
-def unpinned(raw_dir: Path, root: Path, entries: dict[str, Entry]) -> list[str]:
-    """kvtier.manifest.unpinned_files by os.scandir (one call a folder): the files and symlinks under
-    raw/ that no row pins; a symlinked folder counts as a file and is not entered, as there."""
-    on_disk: set[str] = set()
-    stack = [raw_dir]
-    while stack:
-        with os.scandir(stack.pop()) as it:
-            for e in it:
-                if e.is_dir(follow_symlinks=False):
-                    stack.append(Path(e.path))
-                elif (e.is_symlink() or e.is_file()) and e.name not in NOT_RECORDS:
-                    rel = Path(e.path).relative_to(root).as_posix()
-                    problem = name_problem(rel)
-                    if problem:  # never printed as it is: the console line it would make could lie
-                        raise ManifestError(f"{ascii(rel)}: a file under raw/ whose name {problem}; rename or remove it")
-                    on_disk.add(rel)
-    return sorted(on_disk - set(entries))
+unpinned = unpinned_files  # the files under raw/ that no row pins (kvtier.manifest)
 
 
 def report_unpinned(unpinned: Iterable[str], manifest: str | Path) -> None:

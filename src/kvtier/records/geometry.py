@@ -32,18 +32,25 @@ GIB = 2**30
 
 
 def cache_config(snap: Snapshot) -> tuple[dict[str, str], int] | None:
-    """cache_config_info's labels and line; two samples with other labels are an error."""
-    rows = snap.select("vllm:cache_config_info")
-    if rows.empty:
+    """cache_config_info's labels and line; two samples with other labels are an error. Read from
+    the series' own lines (Snapshot.lines_of), not the whole scrape's table: an eviction run's
+    geometry check reads this one series from every snapshot of the run."""
+    found = snap.lines_of("vllm:cache_config_info")
+    if not found:
         return None
-    first = dict(rows["labels"].iloc[0])
-    for ls, line in zip(rows["labels"].iloc[1:], rows["line"].iloc[1:]):
-        other = {k: v for k, v in dict(ls).items() if k != "engine"}
+    if any(line is None for _, line in found):  # lines not one sample each: the table knows them
+        table = snap.select("vllm:cache_config_info")
+        found = [(dict(ls), int(line)) for ls, line in zip(table["labels"], table["line"])]
+    else:
+        found = [(dict(sorted(s.labels.items())), int(line)) for s, line in found]
+    first, first_line = found[0]
+    for ls, line in found[1:]:
+        other = {k: v for k, v in ls.items() if k != "engine"}
         if other != {k: v for k, v in first.items() if k != "engine"}:
             diff = sorted(k for k in set(other) | set(first) if k != "engine" and other.get(k) != first.get(k))
             raise RawRecordError(snap.path, f"vllm:cache_config_info appears again with other values ({', '.join(diff)}; "
-                                            f"first on line {int(rows['line'].iloc[0])})", line=int(line))
-    return first, int(rows["line"].iloc[0])
+                                            f"first on line {first_line})", line=line)
+    return first, first_line
 
 
 def _connector_of_command(command: list[str] | None) -> dict[str, Any] | None:
