@@ -82,7 +82,7 @@ def _repeating(g: TracedFrame, first: TracedFrame) -> int:
     """Requests of g whose tokens by source equal those of the same request (pass, order) in the first launch."""
     key, cols = ["pass", "order"], list(TOKEN_COLUMNS)
     plain = lambda t: pd.DataFrame({c: t[c] for c in key + cols})  # noqa: E731 (reads each column: touches its cells)
-    same = plain(g).join(plain(first).set_index(key), on=key, rsuffix="_first")
+    same = plain(g).join(plain(first).set_index(key), on=key, suffixes=("", "_first"))
     return int((same[cols].to_numpy() == same[[c + "_first" for c in cols]].to_numpy()).all(axis=1).sum())
 
 
