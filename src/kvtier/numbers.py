@@ -54,15 +54,8 @@ class NumbersWriter:
 
     topic: str
     rule: str
-    inputs: Sequence[str]
+    inputs: Sequence[str]  # the rule's data inputs: what the numbers may read, not what each one did
     numbers: dict[str, dict] = field(default_factory=dict)
-    current: tuple[str, ...] | None = None  # set by reading(): the files the next numbers read
-
-    def reading(self, *paths: str | Path) -> None:
-        """Declare the files the numbers added next are computed from (until the next call), so
-        each number's provenance lists what it read, not every input of its rule. No paths:
-        the numbers that follow come from settings alone."""
-        self.current = tuple(sorted({Path(p).as_posix() for p in paths}))
 
     def compute(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """fn(*args, **kwargs), its result carrying the raw files the call read (records.touch):
@@ -70,19 +63,22 @@ class NumbersWriter:
         return traced(fn, *args, **kwargs)
 
     def add(self, key: str, value: object, unit: str, *, inputs: Iterable[str] | None = None, note: str = "") -> None:
-        """Register a number. Its provenance: `inputs` if given; else the files its value carries
-        (computed through `compute`); else those of the last `reading()`; else the rule's inputs."""
+        """Register a number. Its provenance: the files its value carries (computed through
+        `compute`), or `inputs` if given (`inputs=()`: a setting, read from no record). A value
+        that carries no files and is given no `inputs` is refused: it was computed from no record."""
         carried = sources_of(value)
         if not key.startswith(self.topic + "."):
             raise ValueError(f"key {key!r} does not belong to topic {self.topic!r}")
         if key in self.numbers:
             raise ValueError(f"number {key!r} registered twice")
+        if inputs is None and not carried:
+            raise ValueError(f"number {key!r} computed from no record: pass inputs=() for a setting, or compute it "
+                             "through writer.compute / traced_adder so it names the files it read")
         self.numbers[key] = {
             "value": _clean(value, key),
             "unit": unit,
             "rule": self.rule,
-            "inputs": sorted(inputs) if inputs is not None else sorted(carried) if carried else
-            list(self.current) if self.current is not None else sorted(map(str, self.inputs)),
+            "inputs": sorted(inputs) if inputs is not None else sorted(carried),
             "note": note,
         }
 
@@ -114,7 +110,7 @@ def traced_adder(writer: NumbersWriter) -> Callable[..., None]:
     """`add(key, fn, unit, note=..., settings=False)`: register fn()'s value, naming the files its
     computation read (records.touch), so no list is written beside it. `settings=True`: a value
     from the settings alone, naming no record. A value that read no record and is not marked a
-    setting is refused: it would silently fall back to every input of the rule."""
+    setting is refused (as NumbersWriter.add refuses it)."""
 
     def add(key: str, fn: Callable[[], Any], unit: str, *, note: str = "", settings: bool = False) -> None:
         if settings:

@@ -10,9 +10,11 @@ from kvtier.coldread import model_from_csv
 from kvtier.counterfactual.figure import figure2
 from kvtier.counterfactual.fit import fit_workload
 from kvtier.counterfactual.replay import gpu_only_curve
-from kvtier.counterfactual.run import hour_weights, register, sweep, write_json
+from kvtier.counterfactual.run import Written, hour_weights, reader, register, sweep, write_json
 from kvtier.numbers import NumbersWriter, atomic_write_text, load_registry
 from kvtier.provenance import write_sidecar
+from kvtier.records.touch import touching_rows
+from kvtier.records.traced import TouchingMapping
 from kvtier.snake import begin
 from kvtier.workloads.store import save
 
@@ -52,7 +54,10 @@ atomic_write_text(smk.output.curve, curve.to_csv(index=False))
 write_sidecar(smk.output.curve, smk.rule, inputs)
 sweeps = pd.concat(tables, ignore_index=True)
 writer = NumbersWriter(topic="cf", rule=smk.rule, inputs=inputs)  # the numbers rest on the fit, as written
-register(writer, fit, sweeps, curve, w, model, fit["gpu_tokens"], fit["pool_blocks"])
+written = Written(fit=TouchingMapping(fit, smk.output.fit),
+                  sweeps=touching_rows(sweeps.copy(), "policy", {p: {smk.output[f"sweep_{p}"]} for p in ("write_through", "store_on_evict")}),
+                  curve=reader(curve, smk.output.curve), workload=reader(w, smk.output.workload), model=reader(model, smk.input.coldreads))
+register(writer, written, fit["gpu_tokens"], fit["pool_blocks"])
 writer.write(smk.output.numbers)
 figure2(sweeps, fit["gpu_tokens"], fit["pool_blocks"], fit["block_tokens"], smk.output.figure)
 log.info("%d replays of %d lookups each, %d GPU sizes from one pass; wrote %d numbers", len(sweeps), w.lookups(),

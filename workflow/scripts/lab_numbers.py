@@ -49,7 +49,7 @@ log.info("wrote %s (bars: %s)", smk.output.svg, label)
 
 def publish(table, table_out, topic, inputs, register, numbers_out) -> None:
     """A record set's table and numbers, each naming only that set's own raw records."""
-    table.to_csv(table_out, index=False)
+    table.values_only().to_csv(table_out, index=False)  # the values; each cell's files stay in the numbers
     records = raw_inputs(map(str, inputs))
     write_sidecar(table_out, smk.rule, records)
     writer = NumbersWriter(topic=topic, rule=smk.rule, inputs=records)

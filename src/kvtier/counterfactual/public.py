@@ -40,9 +40,11 @@ def agentic_replay(path: str, block_tokens: int, gpu_tokens: int, pool_blocks: i
 
 
 def mooncake_validation(paths: dict[str, str], sha256: dict[str, str], block_tokens: int, lru_tokens: int,
-                        writer: NumbersWriter, operating_point: tuple[int, int, int] | None = None) -> None:
+                        writer: NumbersWriter, operating_point: tuple[int, int, int] | None = None,
+                        operating_point_from: tuple[str, ...] = ()) -> None:
     """Mooncake traces against the paper; kv-cache-tester sessions at the operating point
-    (GPU tokens, pool blocks, block tokens) when given."""
+    (GPU tokens, pool blocks, block tokens) when given, read from `operating_point_from` (the
+    fit's record): a number names the trace it replayed and the files its sizes came from."""
     for name, path in paths.items():
         if sha256_of(path) != sha256[name]:
             raise RawRecordError(path, f"sha256 differs from the pinned {sha256[name][:12]}…: not the published trace")
@@ -50,10 +52,11 @@ def mooncake_validation(paths: dict[str, str], sha256: dict[str, str], block_tok
             if operating_point is not None:
                 gpu_tokens, pool_blocks, op_block = operating_point
                 for k, v in agentic_replay(path, op_block, gpu_tokens, pool_blocks).items():
-                    writer.add(f"cf.public.{name}.{k}", v, "count" if k == "requests" else "fraction", inputs=[path])
+                    writer.add(f"cf.public.{name}.{k}", v, "count" if k == "requests" else "fraction",
+                               inputs=[path, *operating_point_from])
             continue
         unbounded, lru = reuse_shares(path, block_tokens, [UNBOUNDED, lru_tokens])
         writer.add(f"cf.public.{name}.unbounded_share", unbounded, "fraction", inputs=[path])
         writer.add(f"cf.public.{name}.lru_share", lru, "fraction", inputs=[path],
                    note=f"LRU prefix cache of {lru_tokens} tokens")
-    writer.add("cf.public.lru_tokens", lru_tokens, "tokens")
+    writer.add("cf.public.lru_tokens", lru_tokens, "tokens", inputs=())  # a setting (config)

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
 
 from ..coldread import ColdReadModel
-from ..numbers import NumbersWriter, atomic_write_text
-from ..records.touch import touch
+from ..numbers import NumbersWriter, atomic_write_text, traced_adder
+from ..records.touch import rows_of, touch
+from ..records.traced import plain
 from ..workloads import Workload
 from ..workloads.synthetic import peak_in_service
 from .replay import Config, replay, summarise
@@ -50,74 +53,110 @@ def write_json(path: str | Path, data: dict) -> None:
     atomic_write_text(path, json.dumps(data, indent=1, sort_keys=True) + "\n")
 
 
-def register(writer: NumbersWriter, fit: dict, sweeps: pd.DataFrame, curve: pd.DataFrame, w: Workload,
-             model: ColdReadModel, gpu_tokens: int, op_pool_blocks: int) -> None:
-    """The appendix's numbers: the model, its fit, the operating point and the sweep's landmarks."""
-    p, f, t = fit["params"], fit["fit"], fit["targets"]
-    add = writer.add
-    add("cf.model.first_prompt_median", p["first_prompt_median"], "tokens")
-    add("cf.model.first_prompt_sigma", p["first_prompt_sigma"], "count")
-    add("cf.model.growth_median", p["growth_median"], "tokens")
-    add("cf.model.turns_mean", p["turns_mean"], "count")
-    add("cf.model.think_median", p["think_median_s"], "s")
-    add("cf.model.think_sigma", p["think_sigma"], "count")
-    fitted = bool(fit.get("reusable_fitted"))
-    add("cf.model.reusable_share", fit["reusable"], "fraction",
-        note=("fitted to production's pool share" if fitted else "assumed") + ": share an unbounded cache could serve")
-    add("cf.model.reusable_fitted", int(fitted), "count", note="1: fitted jointly with the think time, 0: assumed")
-    tried = pd.DataFrame(fit.get("tried", []))
-    if fitted and len(tried):
-        add("cf.fit.reusable_tried", len(tried), "count")
-        add("cf.fit.reusable_low", float(tried["reusable"].min()), "fraction")
-        add("cf.fit.reusable_high", float(tried["reusable"].max()), "fraction")
-    add("cf.model.growth_sigma", p["growth_sigma"], "count", note="fixed")
-    add("cf.model.system_tokens", p["system_tokens"], "tokens", note="fixed")
-    add("cf.model.decode_rate", p["decode_tokens_per_s"], "count", note="fixed: generated tokens per second")
-    add("cf.model.requests", len(w.requests), "requests")
-    add("cf.model.lookups", w.lookups(), "count")
-    add("cf.fit.mean_prompt", f["mean_prompt"], "tokens")
-    add("cf.fit.share_above_200k", f["share_above_200k"], "fraction")
-    add("cf.fit.share_above_500k", f["share_above_500k"], "fraction")
-    add("cf.fit.gpu_share", f["gpu_share"], "fraction")
-    add("cf.target.mean_prompt", t["mean_prompt"], "tokens")
-    add("cf.target.share_above_200k", t["share_above_200k"], "fraction")
-    add("cf.target.share_above_500k", t["share_above_500k"], "fraction")
-    add("cf.target.max_running", t["max_running"], "requests")
-    worst = max(abs(f[f"op_{k}"] - t[v]) for k, v in (("share_gpu", "gpu_share"), ("share_pool", "pool_share"))) \
-        if "op_share_pool" in f else float("nan")
-    if "op_share_pool" in f:
-        computed_target = 1.0 - t["gpu_share"] - t["pool_share"]
-        worst = max(worst, abs(f["op_share_computed"] - computed_target))
-    add("cf.fit.worst_share_error", worst, "fraction", note="largest gap of the three shares at the operating point")
-    add("cf.fit.worst_share_error_points", worst * 100, "count", note="the same, in percentage points")
-    op = sweeps[(sweeps["vary"] == "pool") & (sweeps["pool_blocks"] == op_pool_blocks)].set_index("policy")
-    wt, soe = op.loc["write_through"], op.loc["store_on_evict"]
-    for k in ("share_gpu", "share_pool", "share_computed", "pool_share_of_misses"):
-        add(f"cf.op.{k}", wt[k], "fraction")
-        add(f"cf.op_store_on_evict.{k}", soe[k], "fraction")
-    add("cf.op.restores", wt["restores"], "count")
-    add("cf.op.restores_per_traffic_hour", wt["restores_per_traffic_hour"], "count")
-    add("cf.op.prefill_saved", wt["prefill_saved_s"], "s")
-    add("cf.op_store_on_evict.prefill_saved", soe["prefill_saved_s"], "s")
-    per_req = replay(w, Config(gpu_tokens, op_pool_blocks, "write_through"))
-    add("cf.op.peak_in_service", peak_in_service(w.times, per_req["computed"].to_numpy(), w.output_tokens, model,
-                                                p["decode_tokens_per_s"]), "requests")
-    pools = sweeps[(sweeps["vary"] == "pool") & (sweeps["policy"] == "write_through")].set_index("pool_blocks")
-    largest = int(pools.index.max())
-    add("cf.sweep.largest_pool_ratio", largest * w.block_tokens / gpu_tokens, "x")
-    add("cf.sweep.largest_pool.pool_share_of_misses", pools.loc[largest, "pool_share_of_misses"], "fraction")
-    add("cf.sweep.largest_pool.share_computed", pools.loc[largest, "share_computed"], "fraction")
-    add("cf.sweep.largest_pool.prefill_saved", pools.loc[largest, "prefill_saved_s"], "s")
-    add("cf.sweep.no_pool.share_computed", pools.loc[0, "share_computed"] if 0 in pools.index else np.nan, "fraction")
-    add("cf.sweep.pool_sizes", len(pools), "count")
-    # the policies compared at a pool half the GPU pool's size (the nearest size swept)
-    both = sweeps[sweeps["vary"] == "pool"]
-    half = int(both.loc[(both["pool_tokens"] / gpu_tokens - 0.5).abs().idxmin(), "pool_blocks"])
-    add("cf.sweep.half_pool.ratio", half * w.block_tokens / gpu_tokens, "x")
-    for policy in ("write_through", "store_on_evict"):
-        row = both[(both["policy"] == policy) & (both["pool_blocks"] == half)].iloc[0]
-        add(f"cf.sweep.half_pool.{policy}.pool_share_of_misses", row["pool_share_of_misses"], "fraction")
-    add("cf.gpu.half.share_gpu", float(np.interp(0.5 * gpu_tokens, curve["gpu_tokens"], curve["share_gpu"])), "fraction")
-    add("cf.gpu.double.share_gpu", float(np.interp(2.0 * gpu_tokens, curve["gpu_tokens"], curve["share_gpu"])), "fraction")
-    add("cf.gpu.op.share_gpu", float(np.interp(gpu_tokens, curve["gpu_tokens"], curve["share_gpu"])), "fraction")
+def reader(value: Any, path: str | Path) -> Callable[[], Any]:
+    """`value`, as written to `path` (a table, the workload, the cold-read model): each call
+    touches the file (records.touch), so a number computed from it names the file."""
+    def read() -> Any:
+        touch(path)
+        return value
+    return read
 
+
+@dataclass(frozen=True)
+class Written:
+    """What the counterfactual's numbers read, each as written: the fit's record (records.traced:
+    its items touch workload_fit.json), the sweeps (rows by policy, each naming its CSV), the GPU
+    curve, the workload and the cold-read model, each a reader that touches its file."""
+
+    fit: Mapping[str, Any]
+    sweeps: pd.DataFrame
+    curve: Callable[[], pd.DataFrame]
+    workload: Callable[[], Workload]
+    model: Callable[[], ColdReadModel]
+
+
+def register(writer: NumbersWriter, r: Written, gpu_tokens: int, op_pool_blocks: int) -> None:
+    """The appendix's numbers: the model, its fit, the operating point and the sweep's landmarks.
+    Each is computed through traced_adder, so it names the files it read; the parameters the fit
+    is given (fixed, or config) name none."""
+    add = traced_adder(writer)
+    fit, W, M = r.fit, r.workload, r.model
+    p, f, t = (lambda: fit["params"]), (lambda: fit["fit"]), (lambda: fit["targets"])
+    add("cf.model.first_prompt_median", lambda: p()["first_prompt_median"], "tokens")
+    add("cf.model.first_prompt_sigma", lambda: p()["first_prompt_sigma"], "count")
+    add("cf.model.growth_median", lambda: p()["growth_median"], "tokens")
+    add("cf.model.turns_mean", lambda: p()["turns_mean"], "count")
+    add("cf.model.think_median", lambda: p()["think_median_s"], "s")
+    settings = plain(fit)  # the parameters the fit is given: config or AgenticParams' fixed values
+    add("cf.model.think_sigma", lambda: settings["params"]["think_sigma"], "count", settings=True)
+    fitted = bool(settings.get("reusable_fitted"))
+    add("cf.model.reusable_share", lambda: fit["reusable"], "fraction",
+        note=("fitted to production's pool share" if fitted else "assumed") + ": share an unbounded cache could serve")
+    add("cf.model.reusable_fitted", lambda: int(fitted), "count", note="1: fitted jointly with the think time, 0: assumed",
+        settings=True)
+    tried = lambda: pd.DataFrame([dict(x) for x in fit["tried"]])  # noqa: E731
+    if fitted and len(settings.get("tried", [])):
+        add("cf.fit.reusable_tried", lambda: len(tried()), "count")
+        add("cf.fit.reusable_low", lambda: float(tried()["reusable"].min()), "fraction")
+        add("cf.fit.reusable_high", lambda: float(tried()["reusable"].max()), "fraction")
+    add("cf.model.growth_sigma", lambda: settings["params"]["growth_sigma"], "count", note="fixed", settings=True)
+    add("cf.model.system_tokens", lambda: settings["params"]["system_tokens"], "tokens", note="fixed", settings=True)
+    add("cf.model.decode_rate", lambda: settings["params"]["decode_tokens_per_s"], "count",
+        note="fixed: generated tokens per second", settings=True)
+    add("cf.model.requests", lambda: len(W().requests), "requests")
+    add("cf.model.lookups", lambda: W().lookups(), "count")
+    for k in ("mean_prompt", "share_above_200k", "share_above_500k", "gpu_share"):
+        add(f"cf.fit.{k}", lambda: f()[k], "tokens" if k == "mean_prompt" else "fraction")
+    for k, unit in (("mean_prompt", "tokens"), ("share_above_200k", "fraction"), ("share_above_500k", "fraction"),
+                    ("max_running", "requests")):
+        add(f"cf.target.{k}", lambda: t()[k], unit)
+    add("cf.fit.worst_share_error", lambda: _worst(f(), t()), "fraction", note="largest gap of the three shares at the operating point")
+    add("cf.fit.worst_share_error_points", lambda: _worst(f(), t()) * 100, "count", note="the same, in percentage points")
+    _register_sweeps(add, r, gpu_tokens, op_pool_blocks)
+
+
+def _worst(f: Mapping[str, Any], t: Mapping[str, Any]) -> float:
+    """The largest gap of the three shares at the operating point (NaN: the fit has none)."""
+    if "op_share_pool" not in f:
+        return float("nan")
+    worst = max(abs(f[f"op_{k}"] - t[v]) for k, v in (("share_gpu", "gpu_share"), ("share_pool", "pool_share")))
+    return max(worst, abs(f["op_share_computed"] - (1.0 - t["gpu_share"] - t["pool_share"])))
+
+
+def _register_sweeps(add: Any, r: Written, gpu_tokens: int, op_pool_blocks: int) -> None:
+    """The operating point of both policies, the pool sweep's landmarks and the GPU curve's."""
+    W, M, sweeps = r.workload, r.model, r.sweeps
+    pool = lambda policy: rows_of(sweeps, policy).query("vary == 'pool'")  # noqa: E731 (touches the policy's CSV)
+    op = lambda policy: pool(policy).set_index("pool_blocks").loc[op_pool_blocks]  # noqa: E731
+    for k in ("share_gpu", "share_pool", "share_computed", "pool_share_of_misses"):
+        add(f"cf.op.{k}", lambda: op("write_through")[k], "fraction")
+        add(f"cf.op_store_on_evict.{k}", lambda: op("store_on_evict")[k], "fraction")
+    add("cf.op.restores", lambda: op("write_through")["restores"], "count")
+    add("cf.op.restores_per_traffic_hour", lambda: op("write_through")["restores_per_traffic_hour"], "count")
+    add("cf.op.prefill_saved", lambda: op("write_through")["prefill_saved_s"], "s")
+    add("cf.op_store_on_evict.prefill_saved", lambda: op("store_on_evict")["prefill_saved_s"], "s")
+
+    def peak() -> int:
+        w = W()
+        per_req = replay(w, Config(gpu_tokens, op_pool_blocks, "write_through"))
+        return peak_in_service(w.times, per_req["computed"].to_numpy(), w.output_tokens, M(),
+                               plain(r.fit)["params"]["decode_tokens_per_s"])  # a fixed parameter: a setting
+    add("cf.op.peak_in_service", peak, "requests")
+    pools = lambda: pool("write_through").set_index("pool_blocks")  # noqa: E731
+    largest = int(pools().index.max())
+    add("cf.sweep.largest_pool_ratio", lambda: int(pools().index.max()) * W().block_tokens / gpu_tokens, "x")
+    add("cf.sweep.largest_pool.pool_share_of_misses", lambda: pools().loc[largest, "pool_share_of_misses"], "fraction")
+    add("cf.sweep.largest_pool.share_computed", lambda: pools().loc[largest, "share_computed"], "fraction")
+    add("cf.sweep.largest_pool.prefill_saved", lambda: pools().loc[largest, "prefill_saved_s"], "s")
+    add("cf.sweep.no_pool.share_computed", lambda: pools().loc[0, "share_computed"] if 0 in pools().index else np.nan, "fraction")
+    add("cf.sweep.pool_sizes", lambda: len(pools()), "count")
+    # the policies compared at a pool half the GPU pool's size (the nearest size swept)
+    both = lambda: rows_of(sweeps).query("vary == 'pool'")  # noqa: E731
+    half = lambda: int(both().loc[(both()["pool_tokens"] / gpu_tokens - 0.5).abs().idxmin(), "pool_blocks"])  # noqa: E731
+    add("cf.sweep.half_pool.ratio", lambda: half() * W().block_tokens / gpu_tokens, "x")
+    for policy in ("write_through", "store_on_evict"):
+        add(f"cf.sweep.half_pool.{policy}.pool_share_of_misses",
+            lambda: pool(policy).set_index("pool_blocks").loc[half(), "pool_share_of_misses"], "fraction")
+    for name, ratio in (("half", 0.5), ("double", 2.0), ("op", 1.0)):
+        add(f"cf.gpu.{name}.share_gpu", lambda: float(np.interp(ratio * gpu_tokens, r.curve()["gpu_tokens"], r.curve()["share_gpu"])),
+            "fraction")

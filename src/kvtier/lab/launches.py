@@ -14,7 +14,9 @@ from typing import Any, Iterable
 import pandas as pd
 
 from ..errors import RawRecordError
+from ..numbers import traced_adder
 from ..records.labrun import read_lab_run, read_run
+from ..records.traced import Row, TracedFrame, read
 from . import live
 
 SETUPS = ("vllm", "lmcache", "lmcache-small")
@@ -41,74 +43,95 @@ def launch_dirs(root: str | Path, pinned: Iterable[str] | None = None) -> list[P
     return [d for _, d in sorted(found)]
 
 
-def launch_table(root: str | Path, pinned: Iterable[str] | None = None) -> pd.DataFrame:
-    """Every request of every launch: measured and predicted tokens by source, the launch beside it."""
+def launch_table(root: str | Path, pinned: Iterable[str] | None = None) -> TracedFrame:
+    """Every request of every launch: measured and predicted tokens by source, the launch beside it
+    (its cells naming the launch's run.yaml, as every other cell names the files it was read from)."""
     frames = []
     for k, d in enumerate(launch_dirs(root, pinned), 1):
-        load = read_lab_run(d).meta.get("load") or {}
+        run = read_lab_run(d)
+        load, files = read(lambda: run.meta.get("load") or {})  # noqa: B023 (called here)
         t = live.predict(d, live.request_sources(d))
-        frames.append(t.assign(launch=d.name, launch_index=k, load_start=(load.get("start") or [None])[0],
-                               load_end=(load.get("end") or [None])[0]))
+        t = t.assign(launch=d.name, launch_index=k, load_start=(load.get("start") or [None])[0],
+                     load_end=(load.get("end") or [None])[0])
+        frames.append(TracedFrame.of(t, {c: files for c in LAUNCH_COLUMNS}))
     return pd.concat(frames, ignore_index=True)
 
 
-def _per_launch(table: pd.DataFrame) -> pd.DataFrame:
-    """One row per (setup, launch, pass) of the document requests: token sums and the median TTFT."""
+LAUNCH_COLUMNS = ("launch", "launch_index", "load_start", "load_end")
+PER_LAUNCH = TOKEN_COLUMNS + tuple("pred_" + c for c in TOKEN_COLUMNS)  # summed per launch and pass
+
+
+def _per_launch(table: TracedFrame) -> TracedFrame:
+    """One row per (setup, launch, pass) of the document requests: token sums and the median TTFT,
+    each cell naming the files of the cells it was computed from."""
     docs = table[table.phase == "doc"]
-    return (docs.groupby(["setup", "launch", "pass"], sort=False)
-                .agg(gpu_tokens=("gpu_tokens", "sum"), cpu_tokens=("cpu_tokens", "sum"),
-                     computed_tokens=("computed_tokens", "sum"), pred_gpu_tokens=("pred_gpu_tokens", "sum"),
-                     pred_cpu_tokens=("pred_cpu_tokens", "sum"), pred_computed_tokens=("pred_computed_tokens", "sum"),
-                     ttft_p50=("ttft_ms", "median"), docs_from_cpu=("cpu_tokens", lambda s: int((s > 0).sum())))
-                .reset_index())
+    rows = []
+    for _, q in docs.groupby(["setup", "launch", "pass"], sort=False):
+        r = Row()
+        for col in ("setup", "launch", "pass"):
+            r.put(col, lambda: q[col].iloc[0])  # noqa: B023
+        for col in PER_LAUNCH:
+            r.put(col, lambda: q[col].sum())  # noqa: B023
+        r.put("ttft_p50", lambda: q["ttft_ms"].median())  # noqa: B023
+        r.put("docs_from_cpu", lambda: int((q["cpu_tokens"] > 0).sum()))  # noqa: B023
+        rows.append(r)
+    return TracedFrame.from_rows(rows)
 
 
-def register_numbers(writer: Any, table: pd.DataFrame) -> None:
+def _repeating(g: TracedFrame, first: TracedFrame) -> int:
+    """Requests of g whose tokens by source equal those of the same request (pass, order) in the first launch."""
+    key, cols = ["pass", "order"], list(TOKEN_COLUMNS)
+    plain = lambda t: pd.DataFrame({c: t[c] for c in key + cols})  # noqa: E731 (reads each column: touches its cells)
+    same = plain(g).join(plain(first).set_index(key), on=key, suffixes=("", "_first"))
+    return int((same[cols].to_numpy() == same[[c + "_first" for c in cols]].to_numpy()).all(axis=1).sum())
+
+
+def register_numbers(writer: Any, table: TracedFrame) -> None:
     """lablm.*: per setup its launches, and per pass the tokens by source (measured, predicted, and
     how many launches repeat the first launch's), the median TTFT over launches with min and max;
-    agreement with the simulator over every request of every launch; the host's load."""
+    agreement with the simulator over every request of every launch; the host's load. Each number
+    is computed through traced_adder from the table's cells: it names the launches, and the files
+    of each, that it read."""
+    add = traced_adder(writer)
     per = _per_launch(table)
-    writer.add("lablm.launches", int(table.launch.nunique()), "count")
-    writer.add("lablm.requests", len(table), "requests")
-    writer.add("lablm.agree", int(table.agrees.sum()), "requests")
-    writer.add("lablm.disagree", int((~table.agrees).sum()), "requests")
-    writer.add("lablm.load_start_max", float(table.load_start.max()), "load")
-    writer.add("lablm.load_end_max", float(table.load_end.max()), "load")
+    add("lablm.launches", lambda: int(table.launch.nunique()), "count")
+    add("lablm.requests", lambda: len(table["order"]), "requests")
+    add("lablm.agree", lambda: int(table.agrees.sum()), "requests")
+    add("lablm.disagree", lambda: int((~table.agrees).sum()), "requests")
+    add("lablm.load_start_max", lambda: float(table.load_start.max()), "load")
+    add("lablm.load_end_max", lambda: float(table.load_end.max()), "load")
     for setup, g in table.groupby("setup", sort=False):
         p = f"lablm.{setup}."
         first = g[g.launch == g.launch.iloc[0]]
-        shape = first.iloc[0]
-        writer.add(p + "launches", int(g.launch.nunique()), "count")
-        writer.add(p + "kv_cache_tokens", int(shape["kv_blocks"]) * int(shape["block_tokens"]), "tokens")
-        if pd.notna(shape["cpu_chunks"]):
-            writer.add(p + "cpu_chunks", int(shape["cpu_chunks"]), "count")
-            writer.add(p + "chunk_tokens", int(shape["chunk_blocks"]) * int(shape["block_tokens"]), "tokens")
-            writer.add(p + "cpu_tokens_capacity", int(shape["cpu_chunks"]) * int(shape["chunk_blocks"]) * int(shape["block_tokens"]), "tokens")
-        writer.add(p + "requests", len(g), "requests")
-        writer.add(p + "agree", int(g.agrees.sum()), "requests")
-        writer.add(p + "usage_agrees", int(g.usage_agrees.sum()), "requests")
+        shape = first.iloc[[0]]
+        cell = lambda col: int(shape[col].iloc[0])  # noqa: E731, B023
+        add(p + "launches", lambda: int(g.launch.nunique()), "count")
+        add(p + "kv_cache_tokens", lambda: cell("kv_blocks") * cell("block_tokens"), "tokens")
+        if pd.notna(shape["cpu_chunks"].iloc[0]):
+            add(p + "cpu_chunks", lambda: cell("cpu_chunks"), "count")
+            add(p + "chunk_tokens", lambda: cell("chunk_blocks") * cell("block_tokens"), "tokens")
+            add(p + "cpu_tokens_capacity", lambda: cell("cpu_chunks") * cell("chunk_blocks") * cell("block_tokens"), "tokens")
+        add(p + "requests", lambda: len(g["order"]), "requests")
+        add(p + "agree", lambda: int(g.agrees.sum()), "requests")
+        add(p + "usage_agrees", lambda: int(g.usage_agrees.sum()), "requests")
         # per request position: in how many launches the counters matched the first launch and the simulator
-        key = ["pass", "order"]
-        ref = first.set_index(key)[list(TOKEN_COLUMNS)]
-        same = g.join(ref, on=key, rsuffix="_first")
-        repeat = (same[[c for c in TOKEN_COLUMNS]].to_numpy() == same[[c + "_first" for c in TOKEN_COLUMNS]].to_numpy()).all(axis=1)
-        writer.add(p + "requests_repeating", int(repeat.sum()), "requests")
+        add(p + "requests_repeating", lambda: _repeating(g, first), "requests")
         for pass_name, q in per[per.setup == setup].groupby("pass", sort=False):
             for col in TOKEN_COLUMNS + tuple("pred_" + c for c in TOKEN_COLUMNS):
-                writer.add(p + f"{pass_name}.{col}", float(q[col].median()), "tokens")
-            writer.add(p + f"{pass_name}.tokens_spread", float(max(q[c].max() - q[c].min() for c in TOKEN_COLUMNS)), "tokens")
-            writer.add(p + f"{pass_name}.docs_from_cpu", int(q.docs_from_cpu.median()), "count")
-            writer.add(p + f"{pass_name}.ttft_p50", float(q.ttft_p50.median()), "ms")
-            writer.add(p + f"{pass_name}.ttft_p50_min", float(q.ttft_p50.min()), "ms")
-            writer.add(p + f"{pass_name}.ttft_p50_max", float(q.ttft_p50.max()), "ms")
-        misses = g[~g.agrees]
-        writer.add(p + "disagree", len(misses), "requests")
-        listed = misses.drop_duplicates(key).head(12)   # each request position once, at most 12
-        writer.add(p + "miss_listed", len(listed), "count")
-        for i, r in enumerate(listed.to_dict("records")):
-            q = p + f"miss.{i}."
-            writer.add(q + "pass_index", PASS_NAMES.index(r["pass"]), "count")
-            writer.add(q + "doc", int(r["doc"]) if pd.notna(r["doc"]) else -1, "count")
+                add(p + f"{pass_name}.{col}", lambda: float(q[col].median()), "tokens")
+            add(p + f"{pass_name}.tokens_spread", lambda: float(max(q[c].max() - q[c].min() for c in TOKEN_COLUMNS)), "tokens")
+            add(p + f"{pass_name}.docs_from_cpu", lambda: int(q.docs_from_cpu.median()), "count")
+            add(p + f"{pass_name}.ttft_p50", lambda: float(q.ttft_p50.median()), "ms")
+            add(p + f"{pass_name}.ttft_p50_min", lambda: float(q.ttft_p50.min()), "ms")
+            add(p + f"{pass_name}.ttft_p50_max", lambda: float(q.ttft_p50.max()), "ms")
+        key = ["pass", "order"]
+        listed = g[~g.agrees].drop_duplicates(key).head(12)  # each request position once, at most 12
+        add(p + "disagree", lambda: int((~g.agrees).sum()), "requests")
+        add(p + "miss_listed", lambda: len(g[~g.agrees].drop_duplicates(key).head(12)["order"]), "count")
+        for i in range(len(listed)):
+            r, k = listed.iloc[[i]], p + f"miss.{i}."
+            add(k + "pass_index", lambda: PASS_NAMES.index(r["pass"].iloc[0]), "count")
+            add(k + "doc", lambda: int(r["doc"].iloc[0]) if pd.notna(r["doc"].iloc[0]) else -1, "count")
             for col in TOKEN_COLUMNS:
-                writer.add(q + col, float(r[col]), "tokens")
-                writer.add(q + "pred_" + col, float(r["pred_" + col]), "tokens")
+                add(k + col, lambda: float(r[col].iloc[0]), "tokens")
+                add(k + "pred_" + col, lambda: float(r["pred_" + col].iloc[0]), "tokens")

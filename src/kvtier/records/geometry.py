@@ -383,4 +383,5 @@ def lmcache_pool(env: dict[str, Any], run_yaml: Path, log: Path, block_tokens: i
         raise RawRecordError(log, "no kvtier_lmcache_cpu 'registered ... bytes_per_token=' line: LMCache never moved KV")
     if chunk % block_tokens:
         raise RawRecordError(run_yaml, f"LMCache chunk of {chunk} tokens is not whole {block_tokens}-token blocks")
+    touch(run_yaml, log)  # the pool is computed from both: a number made from it names them
     return chunk // block_tokens, int(pool_gib * GIB) // (chunk * per_token)

@@ -148,6 +148,16 @@ class TracedFrame(pd.DataFrame):
                 for k in cols}
         return cls(pd.concat([values, pd.DataFrame(srcs, index=values.index, dtype=object)], axis=1))
 
+    @classmethod
+    def of(cls, frame: pd.DataFrame, files: dict[str, Any]) -> "TracedFrame":
+        """`frame`'s values as they are (dtypes kept), each column's files beside them: per column
+        one set for every row, or a sequence of sets, one per row (what `read` returned)."""
+        out = cls(frame.copy())
+        for col, f in files.items():
+            cells = [frozenset(f)] * len(frame) if isinstance(f, (set, frozenset)) else [frozenset(x) for x in f]
+            out[SRC + col] = pd.Series(cells, index=frame.index, dtype=object)
+        return out
+
     def __getitem__(self, key: Any) -> Any:
         if isinstance(key, str) and key in self.columns and not key.startswith(SRC):
             src = SRC + key
