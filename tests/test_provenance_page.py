@@ -146,14 +146,20 @@ def _unshared_bytes(repo: Path, doc: str) -> int:
     return len(page.encode("utf-8"))
 
 
-# The note lists fewer numbers since its measured work moved to the validation page (issue 24),
-# so less of its page is shared sets; the validation page and the lab carry the big runs.
-@pytest.mark.parametrize("doc,factor", [("note", 1.5), ("validation", 2), ("lab", 5)])
-def test_page_is_much_smaller_than_listing_every_file_per_row(built_repo: Path, doc: str, factor: int) -> None:
+# Shared sets exist for rows that read the same big runs. Since every number names only the files
+# its computation read (issue 25: provenance read off the records), rows list far fewer files and
+# share less, so a fixed saving factor no longer measures anything; what a reader on a phone needs is
+# that sharing never makes a page larger, and that the page stays within a size a phone loads.
+PAGE_BUDGET_BYTES = 1_500_000
+
+
+@pytest.mark.parametrize("doc", ["note", "validation", "lab"])
+def test_shared_sets_never_make_the_page_larger_and_it_stays_small(built_repo: Path, doc: str) -> None:
     now = (built_repo / f"paper/{doc}.provenance.html").stat().st_size
     before = _unshared_bytes(built_repo, doc)
     print(f"{doc}.provenance.html: {before} bytes with every file inline, {now} with shared sets")
-    assert now * factor < before
+    assert now <= before
+    assert now < PAGE_BUDGET_BYTES
 
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
