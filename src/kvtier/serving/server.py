@@ -30,6 +30,7 @@ from typing import IO
 
 import httpx
 
+from ..records import vllm as V
 from ..records.workerlog import worker_facts_from_log
 
 GiB = 2**30
@@ -241,7 +242,7 @@ def preflight(spec: ServerSpec, shm: str = "/dev/shm") -> list[str]:
     return done
 
 
-KV_CACHE_LINE = re.compile(r"(?:GPU|CPU|XPU) KV cache size: ([\d,]+) tokens")
+KV_CACHE_LINE = re.compile(V.KV_CACHE_SIZE_LINE)  # the one pattern of that startup line (records.vllm)
 
 
 def _first_match(path: str | Path, pattern: re.Pattern[str]) -> int | None:
@@ -249,7 +250,7 @@ def _first_match(path: str | Path, pattern: re.Pattern[str]) -> int | None:
         m = pattern.search(Path(path).read_text(encoding="utf-8", errors="replace"))
     except OSError:
         return None
-    return int(m.group(1).replace(",", "")) if m else None
+    return int(m.group("tokens").replace(",", "")) if m else None
 
 
 def kv_cache_tokens_from_log(path: str | Path) -> int | None:
