@@ -225,9 +225,14 @@ def run_summary(run: EvictionRun, rows: TracedFrame) -> Row:
 
 def load(run_dirs: list[Path], run_schema: Path, request_schema: Path) -> tuple[TracedFrame, TracedFrame]:
     """All runs -> (measured requests, one row per run), tables whose cells carry their files."""
+    return tables([read_run(d, run_schema, request_schema) for d in run_dirs])
+
+
+def tables(read: list[EvictionRun]) -> tuple[TracedFrame, TracedFrame]:
+    """Runs already read (read_run) -> the tables of `load`: for a caller that reads more of the
+    same runs, which are then read and validated once."""
     reqs, runs = [], []
-    for d in run_dirs:
-        run = read_run(d, run_schema, request_schema)
+    for run in read:
         rows = TracedFrame.from_rows(measured_rows(run))
         if rows.empty:
             rows = TracedFrame(columns=EMPTY_ROWS)
