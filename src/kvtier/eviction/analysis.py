@@ -173,10 +173,11 @@ def measured_rows(run: EvictionRun) -> list[Row]:
 
 
 def _first(rows: TracedFrame, column: str) -> TracedFrame:
-    """The first row whose `column` is set (chosen without reading its value: a selection)."""
+    """The first row whose `column` is set (chosen without reading its value: a selection); taken
+    by position, so only that row is copied, not every row that has one."""
     with quiet():
         has = rows[column].notna()
-    return rows[has.to_numpy()].head(1)
+    return rows.iloc[np.flatnonzero(has.to_numpy())[:1]]
 
 
 def run_summary(run: EvictionRun, rows: TracedFrame) -> Row:
