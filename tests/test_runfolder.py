@@ -154,6 +154,22 @@ def test_median_interval_ranks_match_the_published_table(n: int, ranks: tuple[in
     assert cpuset.median_ci95_ranks(n) == ranks
 
 
+def test_median_interval_ranks_are_those_of_scipy_stats_binom() -> None:
+    """The ranks come from scipy.special's binomial CDF (a lighter import): they are the ranks the
+    same rule gives through scipy.stats.binom (its ppf, then its cdf), for every n up to 2000."""
+    from scipy.stats import binom
+
+    def by_stats(n: int) -> tuple[int, int] | None:
+        if n < cpuset.CI_MIN_N:
+            return None
+        j = int(binom.ppf((1 - cpuset.CI_LEVEL) / 2, n, 0.5))
+        while j > 0 and binom.cdf(n - j, n, 0.5) - binom.cdf(j - 1, n, 0.5) < cpuset.CI_LEVEL:
+            j -= 1
+        return (j, n - j + 1) if j >= 1 else None
+
+    assert [cpuset.median_ci95_ranks(n) for n in range(2001)] == [by_stats(n) for n in range(2001)]
+
+
 def test_latest_set_and_table_run_follow_the_recorded_start_not_the_name() -> None:
     runs = pd.DataFrame({"run": ["zzz-native", "aaa-1-native", "aaa-1-none"], "record_set": ["zzz", "aaa", "aaa"],
                          "started": ["2026-12-01T10:00:00+00:00", "2026-12-01T22:00:00+00:00", "2026-12-01T22:05:00+00:00"],

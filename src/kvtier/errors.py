@@ -65,10 +65,10 @@ def read_scrape_text(path: str | Path) -> str:
                                    "(docs/MALFORMED-INPUT.md): not a scrape")
     with open(path, "rb") as f:
         data = f.read(MAX_SCRAPE_BYTES + 1)  # within the cap: read at once, then every line measured
-    lines = data.split(b"\n")
-    long = next((i for i, line in enumerate(lines, 1) if len(line) > MAX_LINE), None)
-    if long is not None:
-        raise line_too_long(path, long)
+    if len(data) > MAX_LINE:  # a shorter file has no line over MAX_LINE: nothing to measure
+        long = next((i for i, line in enumerate(data.split(b"\n"), 1) if len(line) > MAX_LINE), None)
+        if long is not None:
+            raise line_too_long(path, long)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -173,10 +173,11 @@ def measured_rows(run: EvictionRun) -> list[Row]:
 
 
 def _first(rows: TracedFrame, column: str) -> TracedFrame:
-    """The first row whose `column` is set (chosen without reading its value: a selection)."""
+    """The first row whose `column` is set (chosen without reading its value: a selection); taken
+    by position, so only that row is copied, not every row that has one."""
     with quiet():
         has = rows[column].notna()
-    return rows[has.to_numpy()].head(1)
+    return rows.iloc[np.flatnonzero(has.to_numpy())[:1]]
 
 
 def run_summary(run: EvictionRun, rows: TracedFrame) -> Row:
@@ -225,9 +226,14 @@ def run_summary(run: EvictionRun, rows: TracedFrame) -> Row:
 
 def load(run_dirs: list[Path], run_schema: Path, request_schema: Path) -> tuple[TracedFrame, TracedFrame]:
     """All runs -> (measured requests, one row per run), tables whose cells carry their files."""
+    return tables([read_run(d, run_schema, request_schema) for d in run_dirs])
+
+
+def tables(read: list[EvictionRun]) -> tuple[TracedFrame, TracedFrame]:
+    """Runs already read (read_run) -> the tables of `load`: for a caller that reads more of the
+    same runs, which are then read and validated once."""
     reqs, runs = [], []
-    for d in run_dirs:
-        run = read_run(d, run_schema, request_schema)
+    for run in read:
         rows = TracedFrame.from_rows(measured_rows(run))
         if rows.empty:
             rows = TracedFrame(columns=EMPTY_ROWS)

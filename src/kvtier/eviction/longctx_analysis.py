@@ -37,10 +37,12 @@ def size_key(tokens: int) -> str:
 
 def load(run_dirs: list[Path], run_schema: Path, request_schema: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Rows of every measured request and one row per launch, with the size each was built to."""
-    reqs, runs = analysis.load(run_dirs, run_schema, request_schema)
+    read_runs = [read_run(d, run_schema, request_schema) for d in run_dirs]  # each read and validated once
+    reqs, runs = analysis.tables(read_runs)
     if runs.empty:
         raise RawRecordError("raw/eviction/longctx", "no long-context runs among the pinned records")
-    cells = [read(_wall_s, read_run(Path(d), run_schema, request_schema).meta) for d in runs.run_dir]
+    meta = {r.dir.as_posix(): r.meta for r in read_runs}
+    cells = [read(_wall_s, meta[d]) for d in runs.run_dir]
     runs["wall_s"] = [v for v, _ in cells]
     runs[SRC + "wall_s"] = pd.Series([f for _, f in cells], index=runs.index, dtype=object)
     reqs = TracedFrame(reqs.merge(runs[["run", "target_tokens"]], on="run", how="left"))
