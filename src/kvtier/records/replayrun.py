@@ -17,6 +17,7 @@ import csv
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
@@ -50,9 +51,15 @@ class FieldTouching:
     def __getattribute__(self, name: str) -> Any:
         files = type(self).FILES.get(name)
         if files:
-            root = object.__getattribute__(self, "_folder")()
-            touch(*(root / f for f in files))
+            touch(*_under(object.__getattribute__(self, "_folder")(), files))
         return object.__getattribute__(self, name)
+
+
+@lru_cache(maxsize=None)
+def _under(root: Path, files: tuple[str, ...]) -> tuple[str, ...]:
+    """A field's files under its record's folder, as posix paths (joined once per folder and field:
+    a computation reads the same fields thousands of times)."""
+    return tuple((root / f).as_posix() for f in files)
 
     def _folder(self) -> Path:
         raise NotImplementedError
