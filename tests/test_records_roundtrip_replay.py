@@ -71,3 +71,21 @@ def test_a_run_rewritten_by_the_writers_reads_back_equal_and_touches_what_is_rea
     with scope() as seen:
         len(again.requests)
     assert seen == {(d / replayrun.CLIENT).as_posix()}
+
+
+def test_read_parses_each_scrape_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """replayrun.read parses each of the run's two scrapes whole once: the run contract and the
+    reader share the snapshots (the contract checks every sample, so one whole parse each)."""
+    from kvtier.records import prometheus
+
+    parsed: list[str] = []
+    whole = prometheus._table
+
+    def counted(text: str, path: str):  # type: ignore[no-untyped-def]
+        parsed.append(Path(path).name)
+        return whole(text, path)
+
+    monkeypatch.setattr(prometheus, "_table", counted)
+    run = Path(__file__).parents[1] / "raw/production/cpu"
+    replayrun.read(run)
+    assert sorted(parsed) == [replayrun.METRICS_END, replayrun.METRICS_START]

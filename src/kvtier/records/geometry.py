@@ -261,13 +261,15 @@ def pool_geometry(snap: Snapshot, log: Log) -> PoolGeometry:
     return carry(PoolGeometry(block_tokens, per_block, chunks, server_block), snap.path, log.path)
 
 
-def shape_from(metrics: Path, worker: dict[str, int] | None) -> dict[str, int | None]:
-    """shape_of, given the worker's startup line already read (kvtier.records.workerlog)."""
-    info = Snapshot.read(metrics).labels_of("vllm:cache_config_info")
+def shape_from(metrics: Path | Snapshot, worker: dict[str, int] | None) -> dict[str, int | None]:
+    """shape_of, given the worker's startup line already read (kvtier.records.workerlog);
+    `metrics`: the scrape's path, or the scrape already read."""
+    snap = metrics if isinstance(metrics, Snapshot) else Snapshot.read(metrics)
+    info = snap.labels_of("vllm:cache_config_info")
     try:
         block, blocks = int(info["block_size"]), int(info["num_gpu_blocks"])
     except (KeyError, ValueError):
-        raise RawRecordError(metrics, "cache_config_info lacks block_size / num_gpu_blocks") from None
+        raise RawRecordError(snap.path, "cache_config_info lacks block_size / num_gpu_blocks") from None
     return {"block_tokens": block, "kv_blocks": blocks, "chunk_blocks": (worker or {}).get("blocks_per_chunk"),
             "cpu_chunks": (worker or {}).get("host_chunks")}
 

@@ -17,6 +17,7 @@ import csv
 import math
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
@@ -50,9 +51,15 @@ class FieldTouching:
     def __getattribute__(self, name: str) -> Any:
         files = type(self).FILES.get(name)
         if files:
-            root = object.__getattribute__(self, "_folder")()
-            touch(*(root / f for f in files))
+            touch(*_under(object.__getattribute__(self, "_folder")(), files))
         return object.__getattribute__(self, name)
+
+
+@lru_cache(maxsize=None)
+def _under(root: Path, files: tuple[str, ...]) -> tuple[str, ...]:
+    """A field's files under its record's folder, as posix paths (joined once per folder and field:
+    a computation reads the same fields thousands of times)."""
+    return tuple((root / f).as_posix() for f in files)
 
     def _folder(self) -> Path:
         raise NotImplementedError
@@ -220,19 +227,20 @@ def read(run_dir: str | Path) -> ReplayRun:
             raise RawRecordError(run_dir / name, "missing: a replay run needs " + ", ".join(REQUIRED))
     with quiet():
         meta = read_meta(run_dir / RUN_YAML)
-        log = runcontract.check_run_folder(run_dir)  # counters, one server run, one geometry, job lines
+        # each scrape parsed once (its whole table: the contract checks every sample), then checked and read
+        start, end = read_prometheus(run_dir / METRICS_START), read_prometheus(run_dir / METRICS_END)
+        log = runcontract.check_run_folder(run_dir, end, start=start)  # counters, one server run, one geometry, job lines
         answered = read_client_log(run_dir / CLIENT, run_seconds=observation_seconds(run_dir / HOST_YAML))
         reqs = answered.sort_values(["sent_s", "line"], kind="stable").reset_index(drop=True)
         reqs.attrs.update(answered.attrs)
         worker = log.worker
-        s = shape_from(run_dir / METRICS_START, worker)
+        s = shape_from(start, worker)
         shape = ServerShape(int(s["block_tokens"]), int(s["kv_blocks"]), s["chunk_blocks"], s["cpu_chunks"],  # type: ignore[arg-type]
                             step_tokens_of(run_dir / SERVER_LOG), run_dir)
         tier = meta["server"].get("tier")
         if (tier == "none") != (shape.cpu_chunks is None):
             raise RawRecordError(run_dir / SERVER_LOG, f"run.yaml says tier {tier!r}, but the offload worker's startup line is "
                                                        f"{'present' if shape.cpu_chunks is not None else 'missing'}")
-        end, start = read_prometheus(run_dir / METRICS_END), read_prometheus(run_dir / METRICS_START)
         measured = _delta(end, start)
         sent_tokens = int(reqs.prompt_tokens_sent.sum())
         if measured["prompt"] != sent_tokens:

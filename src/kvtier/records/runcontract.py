@@ -42,15 +42,17 @@ __all__ = ["JOB", "JOB_COUNTERS", "NEEDED", "PER_REQUEST_SERIES", "TIME_FIELDS",
 
 
 def check_run_folder(run_dir: str | Path, end: Snapshot | None = None, start_name: str = "metrics_start.prom",
-                     end_name: str = "metrics.prom") -> LogFacts:
+                     end_name: str = "metrics.prom", start: Snapshot | None = None) -> LogFacts:
     """Every check above on a kvtier replay run folder (run.yaml, server.log, the two snapshots;
-    `end`: the final snapshot, already read); returns the server log's facts. The client log is
-    checked by its reader (client_lines)."""
+    `end`, `start`: the final and first snapshots, already read, so a reader that keeps them
+    parses each scrape once); returns the server log's facts. The client log is checked by its
+    reader (client_lines)."""
     from ..yamlio import load_yaml
 
     run_dir = Path(run_dir)
     meta = load_yaml((run_dir / "run.yaml").read_text(encoding="utf-8")) or {}
-    start = read_prometheus(run_dir / start_name) if (run_dir / start_name).is_file() else None
+    if start is None and (run_dir / start_name).is_file():
+        start = read_prometheus(run_dir / start_name)
     end = end if end is not None else read_prometheus(run_dir / end_name)
     for s in (start, end):
         if s is not None:

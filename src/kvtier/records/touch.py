@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 from contextvars import ContextVar
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -20,8 +21,15 @@ _SCOPES: ContextVar[tuple[set[str], ...]] = ContextVar("kvtier_touch_scopes", de
 _QUIET: ContextVar[bool] = ContextVar("kvtier_touch_quiet", default=False)
 
 
+@lru_cache(maxsize=None)
+def _posix(path: str | Path) -> str:
+    """A path as the scopes record it; once per path (a record's fields touch the same few files
+    thousands of times, and the name depends on the text alone, never on the file system)."""
+    return Path(path).as_posix()
+
+
 def _norm(paths: Iterable[str | Path]) -> set[str]:
-    return {Path(p).as_posix() for p in paths if p}
+    return {_posix(p) for p in paths if p}
 
 
 def touch(*paths: str | Path) -> None:
