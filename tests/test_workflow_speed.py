@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from kvtier import classes
 from kvtier.claims import to_csv
 from kvtier.render.env import _MD_ACTIVE, Namespace, Renderer, escape_untrusted
 from kvtier.snake import code_digest
@@ -111,6 +112,30 @@ def test_namespace_finds_groups_and_numbers_as_a_scan_would() -> None:
     for missing in (lambda: n.pro, lambda: n.prod.restore, lambda: n.prod.restores.count_x):
         with pytest.raises(Exception):
             str(missing())
+
+
+def _keys_like_the_patterns() -> list[str]:
+    pats = [p for p, _ in classes.MODELLED] + list(classes.NOT_MODELLED)
+    return [p.replace("*", x) for p in pats for x in ("", "a", "run.3.x", "\n")] + ["lab.x", "cfx", "cf", "prod.coldread"]
+
+
+def test_modelled_by_is_the_fnmatch_scan_it_replaces() -> None:
+    from fnmatch import fnmatchcase
+
+    def plain(key: str) -> str:
+        if any(fnmatchcase(key, p) for p in classes.NOT_MODELLED):
+            return ""
+        return next((what for pattern, what in classes.MODELLED if fnmatchcase(key, pattern)), "")
+    keys = _keys_like_the_patterns()
+    assert [classes.modelled_by(k) for k in keys] == [plain(k) for k in keys]
+    assert any(classes.modelled_by(k) for k in keys) and not all(classes.modelled_by(k) for k in keys)
+
+
+def test_has_is_the_scan_of_the_registry_it_replaces(tmp_path: Path) -> None:
+    registry = {"prod.restores.count": 1, "prod.share": 2, "lab.x": 3, ".odd": 4}
+    r = Renderer(tmp_path, registry, "md")  # type: ignore[arg-type]
+    for prefix in ("prod", "prod.restores", "prod.restores.count", "pro", "lab", "lab.x", "", "x", "prod."):
+        assert r.has(prefix) == any(k.startswith(prefix + ".") for k in registry), prefix
 
 
 def test_templates_compiled_once_are_recompiled_when_their_source_changes(tmp_path: Path) -> None:

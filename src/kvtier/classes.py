@@ -10,7 +10,9 @@ else keeps its inputs' class.
 
 from __future__ import annotations
 
-from fnmatch import fnmatchcase
+import re
+from fnmatch import translate
+from functools import lru_cache
 
 # (pattern, what computed it). A key matching one of these is a model's output.
 MODELLED: tuple[tuple[str, str], ...] = (
@@ -76,12 +78,20 @@ NOT_MODELLED: tuple[str, ...] = (
 CLASSES = ("measured", "modelled", "replica", "part-replica", "published", "settings")
 
 
+# The patterns as fnmatchcase reads them (fnmatch.translate), compiled once: NOT_MODELLED as one
+# alternation (a key matches it when it matches any of them), MODELLED in order (the first wins).
+_NOT_MODELLED = re.compile("|".join(f"(?:{translate(p)})" for p in NOT_MODELLED))
+_MODELLED = tuple((re.compile(translate(p)).match, what) for p, what in MODELLED)
+
+
+@lru_cache(maxsize=None)
 def modelled_by(key: str) -> str:
-    """What model computed this key, or '' when none did."""
-    if any(fnmatchcase(key, p) for p in NOT_MODELLED):
+    """What model computed this key, or '' when none did (asked for every number by the ledger,
+    again for each one a document prints, and per provenance row: remembered per key)."""
+    if _NOT_MODELLED.match(key):
         return ""
-    for pattern, what in MODELLED:
-        if fnmatchcase(key, pattern):
+    for match, what in _MODELLED:
+        if match(key):
             return what
     return ""
 

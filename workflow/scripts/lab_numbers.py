@@ -60,7 +60,7 @@ def publish(table, table_out, topic, inputs, register, numbers_out) -> None:
 # the lab measured on vLLM's CPU build: its own records only
 if smk.params.live_run:
     run_dir = smk.params.live_run
-    table = live.predict(run_dir, live.request_sources(run_dir))
+    table = live.run_table(run_dir)
     publish(table, smk.output.live_table, "lablive", smk.input[LIVE], live.register_numbers, smk.output.live_numbers)
     live.figure(table, smk.output.live_svg)
     log.info("CPU build: %d of %d requests predicted exactly", int(table.agrees.sum()), len(table))

@@ -50,7 +50,7 @@ def launch_table(root: str | Path, pinned: Iterable[str] | None = None) -> Trace
     for k, d in enumerate(launch_dirs(root, pinned), 1):
         run = read_lab_run(d)
         load, files = read(lambda: run.meta.get("load") or {})  # noqa: B023 (called here)
-        t = live.predict(d, live.request_sources(d))
+        t = live.predict(d, live.request_sources(d, run), run=run)  # the launch read once
         t = t.assign(launch=d.name, launch_index=k, load_start=(load.get("start") or [None])[0],
                      load_end=(load.get("end") or [None])[0])
         frames.append(TracedFrame.of(t, {c: files for c in LAUNCH_COLUMNS}))

@@ -18,7 +18,7 @@ from ..errors import RawRecordError
 from ..numbers import traced_adder
 from ..records import runcontract
 from ..records.geometry import lmcache_pool, shape_from
-from ..records.labrun import read_lab_run, read_run
+from ..records.labrun import LabRun, read_lab_run, read_run
 from ..records.labwriter import METRICS_AFTER
 from ..records.prometheus import Snapshot, read_prometheus
 from ..records.touch import quiet, sources_of, touch
@@ -30,12 +30,20 @@ from .experiments import requests_from_rows
 SOURCE_COLUMNS = {"local_cache_hit": "gpu_tokens", "external_kv_transfer": "cpu_tokens", "local_compute": "computed_tokens"}
 
 
-def request_sources(run_dir: str | Path) -> TracedFrame:
+def run_table(run_dir: str | Path) -> TracedFrame:
+    """predict(request_sources(...)) over one reading of the run (read_lab_run checks and hashes
+    every snapshot of every setup: once is enough, the LabRun it returns is read-only)."""
+    run = read_lab_run(run_dir)
+    return predict(run_dir, request_sources(run_dir, run), run=run)
+
+
+def request_sources(run_dir: str | Path, run: LabRun | None = None) -> TracedFrame:
     """requests.csv plus gpu/cpu/computed tokens per request, cross-checked against usage. Each
     cell keeps the files it was read from (records.traced): a request's columns its requests.csv,
-    its tokens by source the two snapshots around it."""
+    its tokens by source the two snapshots around it. `run`: run_dir as read_lab_run read it
+    (read here when not given)."""
     run_dir = Path(run_dir)
-    run = read_lab_run(run_dir)
+    run = read_lab_run(run_dir) if run is None else run
     path = run.requests_path
     reqs, req_files = read(lambda: run.requests)
     if METRICS_AFTER not in reqs.columns:
@@ -115,16 +123,18 @@ def lmcache_shape(setup_dir: Path, setup: dict[str, Any]) -> dict[str, int | Non
     return {**shape, "chunk_blocks": chunk_blocks, "cpu_chunks": cpu_chunks}
 
 
-def predict(run_dir: str | Path, measured: TracedFrame, null_blocks: int = 1) -> TracedFrame:
+def predict(run_dir: str | Path, measured: TracedFrame, null_blocks: int = 1, run: LabRun | None = None) -> TracedFrame:
     """The simulator's outcome of every request, given only each server's configuration and the
     request stream as sent (prompt lengths, documents, order, answer length); measured columns beside it.
     A native CPU tier is replayed with vLLM's policy (flavor 'vllm'), LMCache with LMCache 0.5.6's
     (flavor 'lmcache': looked up only on a KV-cache miss, from the first chunk; written through).
 
     `null_blocks`: vLLM's block pool keeps block 0 as its null block, so the usable KV cache is
-    num_gpu_blocks - 1 (BlockPool in vllm/v1/core/block_pool.py)."""
+    num_gpu_blocks - 1 (BlockPool in vllm/v1/core/block_pool.py). `run`: run_dir as read_lab_run
+    read it (read here when not given)."""
     run_dir = Path(run_dir)
-    run = read_lab_run(run_dir)  # the run's contract, its servers' KV cache cross-checked (records.geometry)
+    # the run's contract, its servers' KV cache cross-checked (records.geometry)
+    run = read_lab_run(run_dir) if run is None else run
     meta, meta_files = read(lambda: run.meta)
     max_tokens = int(meta["max_tokens"])
     frames = []

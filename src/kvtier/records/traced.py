@@ -14,12 +14,13 @@ those rows and columns it read: a selection made before the computation is a che
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 import pandas as pd
 
-from .touch import scope, sources_of, touch, traced, wrap
+from .touch import _QUIET, _norm, scope, sources_of, touch, traced, wrap
 
 SRC = "__src__"
 
@@ -162,7 +163,11 @@ class TracedFrame(pd.DataFrame):
         if isinstance(key, str) and key in self.columns and not key.startswith(SRC):
             src = SRC + key
             if src in self.columns:
-                touch(*_union(super().__getitem__(src)))
+                reads = _READS.get()
+                if reads is None:
+                    touch(*_union(super().__getitem__(src)))
+                else:  # derive's files by row: the column is noted, its cells are read off per row
+                    reads.note(self, key)
             return super().__getitem__(key)
         if isinstance(key, list) and all(isinstance(k, str) for k in key):  # the cells' files go with them
             key = key + [SRC + k for k in key if SRC + k in self.columns and SRC + k not in key]
@@ -174,15 +179,70 @@ class TracedFrame(pd.DataFrame):
         return frozenset(_union(super().__getitem__(src))) if src in self.columns else frozenset()
 
     def derive(self, column: str, fn: Callable[["TracedFrame"], Any]) -> "TracedFrame":
-        """A copy with `column` = fn(table), each cell carrying the files fn read for its row."""
+        """A copy with `column` = fn(table), each cell carrying the files fn read for its row:
+        what fn(that row alone) would touch. fn is row-wise (its value is one per row, in order),
+        so it reads the same columns of every row: one more call of fn over the whole table notes
+        which, and each row's files are its cells of those columns, with whatever else fn touched.
+        Where fn read a column of other rows than the table's (a selection, a regrouping), fn is
+        called on each row alone instead."""
         out = self.copy()
         out[column] = fn(self).to_numpy() if len(self) else []
-        out[SRC + column] = pd.Series([_read_by(fn, self.iloc[[i]]) for i in range(len(self))], index=self.index, dtype=object)
+        out[SRC + column] = pd.Series(self._files_by_row(fn), index=self.index, dtype=object)
         return out
+
+    def _files_by_row(self, fn: Callable[["TracedFrame"], Any]) -> list[frozenset[str]]:
+        if not len(self):
+            return []
+        reads = _ColumnReads(self)
+        token = _READS.set(reads)
+        try:
+            with scope() as direct:  # what fn touched besides the table's cells
+                fn(self)
+        finally:
+            _READS.reset(token)
+        if reads.other_rows:
+            return [_read_by(fn, self.iloc[[i]]) for i in range(len(self))]
+        direct = frozenset(direct)
+        cells = [super(TracedFrame, self).__getitem__(SRC + c).tolist() for c in reads.columns]
+        normed: dict[frozenset[str], frozenset[str]] = {}  # cells repeat (one set per file): normalise each once
+
+        def norm(c: Any) -> frozenset[str]:
+            if not isinstance(c, frozenset):
+                return frozenset()
+            if c not in normed:
+                normed[c] = frozenset(_norm(c))
+            return normed[c]
+        return [direct.union(*(norm(col[i]) for col in cells)) for i in range(len(self))]
 
     def values_only(self) -> pd.DataFrame:
         """The table as plain pandas, without the files (what the tidy CSVs hold)."""
         return pd.DataFrame(super().__getitem__([c for c in self.columns if not str(c).startswith(SRC)]))
+
+
+class _ColumnReads:
+    """The traced columns a derive's fn reads of its table (in the order first read), and whether
+    it read a column whose rows or cells are not the table's own (then: row by row)."""
+
+    def __init__(self, table: TracedFrame):
+        self.table = table
+        self.columns: list[str] = []
+        self.other_rows = False
+
+    def note(self, frame: TracedFrame, key: str) -> None:
+        if _QUIET.get():  # read quietly: a touch here would record nothing
+            return
+        if key not in self.columns:
+            self.columns.append(key)
+        if frame is self.table:
+            return
+        src, table = SRC + key, self.table
+        mine = pd.DataFrame.__getitem__(table, src) if src in table.columns else None
+        theirs = pd.DataFrame.__getitem__(frame, src)
+        if mine is None or not frame.index.equals(table.index) or any(a is not b for a, b in zip(theirs.tolist(), mine.tolist())):
+            self.other_rows = True
+
+
+_READS: ContextVar[_ColumnReads | None] = ContextVar("kvtier_traced_reads", default=None)
 
 
 def _read_by(fn: Callable[[TracedFrame], Any], row: TracedFrame) -> frozenset[str]:
