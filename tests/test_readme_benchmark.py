@@ -30,6 +30,8 @@ def test_the_readme_row_is_the_committed_run() -> None:
         f"no-op **{med['noop_s']:.2f} s**",
         f"minimal workflow's no-op {med['minimal_noop_s']:.2f} s",
         f"{med['noop_s'] / med['minimal_noop_s']:.2f}×",
+        f"hollow workflow {med['hollow_s']:.1f} s = **{med['fresh_s'] / med['hollow_s']:.2f}×**",
+        f"the hollow workflow itself is {med['hollow_s'] / med['minimal_s']:.2f}× the minimal",
     ]
     for w in want:
         assert w in row, f"README's benchmark row lacks {w!r} (from {RESULT.name}):\n{row}"
