@@ -45,7 +45,6 @@ the hollow workflow, that is, the analyses cost at most half of what the workflo
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import os
 import resource
@@ -59,7 +58,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from hollow import hollow_workflow  # benchmarks/hollow.py, beside this file
+from hollow import hollow_workflow, script_imports  # benchmarks/hollow.py, beside this file
 
 from kvtier.provenance import rule_locations
 from kvtier.worktree import copy_worktree
@@ -122,10 +121,7 @@ def import_floors(repo: Path, env: dict) -> dict[str, float]:
         script = repo / loc["script"] if loc.get("script") else None
         if not script or not script.is_file():
             continue
-        tree = ast.parse(script.read_text(encoding="utf-8"))
-        imports = [ast.unparse(n) for n in tree.body
-                   if isinstance(n, (ast.Import, ast.ImportFrom)) and getattr(n, "module", None) != "__future__"]
-        out[rule] = cpu_of("; ".join([PROCESS, *imports]), env)
+        out[rule] = cpu_of("; ".join([PROCESS, *script_imports(script.read_text(encoding="utf-8"))]), env)
     return out
 
 
@@ -196,7 +192,7 @@ def main() -> None:
     per_run["noop_vs_minimal_noop"] = statistics.median(r["noop_s"] / r["minimal_noop_s"] for r in rows)
     per_run["fresh_vs_hollow"] = statistics.median(r["fresh_s"] / r["hollow_s"] for r in rows)
     per_run["forced_vs_hollow"] = statistics.median(r["forced_s"] / r["hollow_forced_s"] for r in rows)
-    hollow = {"fresh_s": med["fresh_s"] / med["hollow_s"], "fresh_cpu_s": med["fresh_cpu_s"] / med["hollow_cpu_s"],
+    to_hollow = {"fresh_s": med["fresh_s"] / med["hollow_s"], "fresh_cpu_s": med["fresh_cpu_s"] / med["hollow_cpu_s"],
               "forced_s": med["forced_s"] / med["hollow_forced_s"], "forced_cpu_s": med["forced_cpu_s"] / med["hollow_forced_cpu_s"]}
     print(f"median of {args.runs} (wall / CPU user+sys), as a ratio of the medians; the median of the "
           f"runs' own ratios: fresh {per_run['fresh']:.2f}x, forced {per_run['forced']:.2f}x, no-op "
@@ -208,11 +204,11 @@ def main() -> None:
             extra += (f"; {w / med['minimal_noop_s']:.2f}x the minimal's no-op, "
                       f"{w / med['minimal_params_noop_s']:.2f}x the minimal+param no-op")
         if name in ("fresh", "forced"):
-            extra += f"; {hollow[f'{name}_s']:.2f}x / {hollow[f'{name}_cpu_s']:.2f}x the hollow workflow"
+            extra += f"; {to_hollow[f'{name}_s']:.2f}x / {to_hollow[f'{name}_cpu_s']:.2f}x the hollow workflow"
         print(f"  {name:<13}{w:6.2f} s / {c:6.2f} s{extra}")
     print(f"targets: fresh <= 1.5x the minimal: {'met' if ratio['fresh_s'] <= 1.5 else 'NOT met'} ({ratio['fresh_s']:.2f}x); "
           f"no-op <= 1.2 s: {'met' if med['noop_s'] <= 1.2 else 'NOT met'} ({med['noop_s']:.2f} s); "
-          f"fresh <= 1.5x the hollow workflow: {'met' if hollow['fresh_s'] <= 1.5 else 'NOT met'} ({hollow['fresh_s']:.2f}x); "
+          f"fresh <= 1.5x the hollow workflow: {'met' if to_hollow['fresh_s'] <= 1.5 else 'NOT met'} ({to_hollow['fresh_s']:.2f}x); "
           f"the hollow workflow itself {med['hollow_s'] / med['minimal_s']:.2f}x the minimal")
     rule_floor = med["minimal_s"] / 2
     rules_cpu = sum(r["cpu_s"] for r in rules.values())
@@ -238,7 +234,7 @@ def main() -> None:
           f"{med['minimal_cpu_s']:.2f} s)")
     print(f"load average at end: {load_end[0]:.2f} {load_end[1]:.2f} {load_end[2]:.2f}")
     if args.json:
-        args.json.write_text(json.dumps({"runs": rows, "median": med, "ratio": ratio, "ratio_to_hollow": hollow, "median_of_run_ratios": per_run, "rules": rules, "import_floor_cpu_s": floors,
+        args.json.write_text(json.dumps({"runs": rows, "median": med, "ratio": ratio, "ratio_to_hollow": to_hollow, "median_of_run_ratios": per_run, "rules": rules, "import_floor_cpu_s": floors,
                                          "rule_floor_s": rule_floor, "process_floor_cpu_s": process,
                                          "load_start": load_start, "load_end": load_end}, indent=1) + "\n")
 

@@ -35,11 +35,16 @@ def directory_outputs(rules_dir: Path) -> set[str]:
     return {m for smk in sorted(rules_dir.glob("*.smk")) for m in _DIRECTORY.findall(smk.read_text(encoding="utf-8"))}
 
 
+def script_imports(source: str) -> list[str]:
+    """A rule script's top-level import statements (what its process pays for before any work;
+    imports made later, inside functions, are the rule's work), `from __future__` left out."""
+    return [ast.unparse(n) for n in ast.parse(source).body
+            if isinstance(n, (ast.Import, ast.ImportFrom)) and getattr(n, "module", None) != "__future__"]
+
+
 def hollow_script(source: str, folders: set[str]) -> str:
-    """The script's own top-level imports (what its process pays for before any work), then the outputs."""
-    tree = ast.parse(source)
-    imports = [ast.unparse(n) for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
-    return "\n".join([*imports, f"_FOLDERS = {sorted(folders)!r}", _BODY])
+    """The script's own top-level imports, then the creation of its outputs."""
+    return "\n".join([*script_imports(source), f"_FOLDERS = {sorted(folders)!r}", _BODY])
 
 
 def hollow_workflow(repo: Path) -> list[Path]:

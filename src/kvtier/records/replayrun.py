@@ -42,6 +42,13 @@ HOST_FIELDS = ("t_s", "load1", "load5", "load15", "busy_share", "steal_share")
 SENT_ARRAYS = ("session", "index", "tokens", "offsets", "blocks", "block_tokens")
 
 
+@lru_cache(maxsize=None)
+def _under(root: Path, files: tuple[str, ...]) -> tuple[str, ...]:
+    """A field's files under its record's folder, as posix paths (joined once per folder and field:
+    a computation reads the same fields thousands of times)."""
+    return tuple((root / f).as_posix() for f in files)
+
+
 class FieldTouching:
     """A record whose public fields touch the files they were read from (FILES: field -> names
     under the record's folder, `_folder()`), when a computation reads them."""
@@ -53,13 +60,6 @@ class FieldTouching:
         if files:
             touch(*_under(object.__getattribute__(self, "_folder")(), files))
         return object.__getattribute__(self, name)
-
-
-@lru_cache(maxsize=None)
-def _under(root: Path, files: tuple[str, ...]) -> tuple[str, ...]:
-    """A field's files under its record's folder, as posix paths (joined once per folder and field:
-    a computation reads the same fields thousands of times)."""
-    return tuple((root / f).as_posix() for f in files)
 
     def _folder(self) -> Path:
         raise NotImplementedError

@@ -125,6 +125,10 @@ class Namespace:
 
     __getitem__ = __getattr__
 
+    def has_group(self, prefix: str) -> bool:
+        """Whether some key lies under `prefix.` (an undefined prefix fails, as Jinja reports it)."""
+        return prefix in self._groups
+
 
 class Renderer:
     """One rendering pass in one mode ('md' or 'html'); records which keys were printed."""
@@ -242,8 +246,7 @@ class Renderer:
     def has(self, prefix: str) -> bool:
         """True once an analysis has registered numbers under this prefix: the prefix is one of
         the registry's dotted groups (found once, by the Namespace), not a scan of every key."""
-        group = prefix + "."  # an undefined prefix fails here, as Jinja reports it
-        return group[:-1] in self._numbers._groups
+        return self._numbers.has_group(prefix)
 
     def figure(self, name: str, caption: str, alt: str = "") -> Markup | str:
         """A figure with its caption and its alt text: what the figure shows, for a reader who
