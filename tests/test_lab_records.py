@@ -61,3 +61,13 @@ def test_model_config_missing_field(tmp_path):
     bad.write_text(src.read_text(encoding="utf-8").replace("  num_key_value_heads: 2\n", ""), encoding="utf-8")
     with pytest.raises(RawRecordError, match="num_key_value_heads"):
         read_model(bad)
+
+
+def test_model_record_not_yaml_names_the_file_and_line(tmp_path):
+    bad = tmp_path / "m.yaml"
+    bad.write_text("config:\n  hidden_size: [1536,\n", encoding="utf-8")
+    with pytest.raises(RawRecordError, match=r"m\.yaml:3: not YAML"):
+        read_model(bad)
+    bad.write_text("config: 1536\n", encoding="utf-8")
+    with pytest.raises(RawRecordError, match=r"m\.yaml: config is a mapping"):
+        read_model(bad)

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+from ..records.evictionrun import run_status
 from ..runfolder import pin_new, resolve_id
 from ..serving.server import PreflightError
 from ..yamlio import load_yaml
@@ -163,8 +164,7 @@ def run_dir(cfg: dict[str, Any], run: str, launch: Launch) -> Path:
 
 
 def status(folder: Path) -> str | None:
-    meta = folder / "run.yaml"
-    return load_yaml(meta.read_text(encoding="utf-8")).get("status") if meta.exists() else None
+    return run_status(folder)
 
 
 def ensure_model(cfg: dict[str, Any], s: Sizing) -> Path:

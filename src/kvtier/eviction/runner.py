@@ -14,7 +14,6 @@ evictors each time, so the cycles are independent samples of the same server.
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -428,6 +427,4 @@ class Harness:
         return found
 
     def writer_requests(self) -> list[dict[str, Any]]:
-        if not self.writer.requests_jsonl.exists():
-            return []
-        return [json.loads(ln) for ln in self.writer.requests_jsonl.read_text(encoding="utf-8").splitlines() if ln.strip()]
+        return self.writer.written_requests()

@@ -10,12 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import RawRecordError
+from ..records.model import read_model_record
 from ..records.touch import Touching, carry
-from ..yamlio import load_yaml
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "float32": 4, "float8": 1}
-REQUIRED = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
-            "num_key_value_heads", "vocab_size", "tie_word_embeddings", "torch_dtype")
 
 
 @dataclass(frozen=True)
@@ -54,20 +52,18 @@ class ModelShape(Touching):  # its sizes touch the model record when read (recor
 
 
 def read_model(path: str | Path) -> ModelShape:
-    data = load_yaml(Path(path).read_text(encoding="utf-8")) or {}
-    cfg = data.get("config") or {}
-    missing = [k for k in REQUIRED if k not in cfg]
-    if missing:
-        raise RawRecordError(path, f"model config lacks {', '.join(missing)}", record="config")
+    """The model's shape from its record (kvtier.records.model reads and checks it)."""
+    rec = read_model_record(path)
+    cfg = rec.config
     if cfg["torch_dtype"] not in DTYPE_BYTES:
         raise RawRecordError(path, f"unknown torch_dtype {cfg['torch_dtype']!r}", record="config.torch_dtype")
     if cfg["hidden_size"] % cfg["num_attention_heads"]:
         raise RawRecordError(path, "hidden_size is not a multiple of num_attention_heads", record="config")
     return carry(ModelShape(
-        name=str((data.get("source") or {}).get("model", Path(path).stem)),
+        name=rec.name,
         hidden=int(cfg["hidden_size"]), intermediate=int(cfg["intermediate_size"]),
         layers=int(cfg["num_hidden_layers"]), heads=int(cfg["num_attention_heads"]),
         kv_heads=int(cfg["num_key_value_heads"]), vocab=int(cfg["vocab_size"]),
         tied_embeddings=bool(cfg["tie_word_embeddings"]), dtype_bytes=DTYPE_BYTES[cfg["torch_dtype"]],
-        qkv_bias=bool((data.get("architecture") or {}).get("qkv_bias", False)),
+        qkv_bias=bool(rec.architecture.get("qkv_bias", False)),
     ), path)

@@ -103,6 +103,20 @@ class RunWriter(_RunFiles):
     def next_seq(self) -> int:
         return len(read_jsonl_lines(self.requests_jsonl)) if self.requests_jsonl.exists() else 0
 
+    def written_requests(self) -> list[dict[str, Any]]:
+        """The request records written so far (a run being written or resumed; not checked: the
+        reader, `read_run`, checks the finished folder)."""
+        if not self.requests_jsonl.exists():
+            return []
+        return [json.loads(ln) for ln in read_jsonl_lines(self.requests_jsonl)]
+
+
+def run_status(run_dir: str | Path) -> str | None:
+    """run.yaml's `status` of a run folder (None where it has no run.yaml yet): whether a launch
+    is done, for a driver that resumes (kvtier.eviction.longctx)."""
+    meta = Path(run_dir) / "run.yaml"
+    return load_yaml(meta.read_text(encoding="utf-8")).get("status") if meta.exists() else None
+
 
 def read_jsonl_lines(path: Path) -> list[str]:
     return [ln for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]

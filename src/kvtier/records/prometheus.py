@@ -18,7 +18,7 @@ import re
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Iterator
 
 import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
@@ -290,6 +290,20 @@ def parse_prometheus(text: str, path: str | Path = "<metrics>") -> Snapshot:
 
 def read_prometheus(path: str | Path) -> Snapshot:
     return parse_prometheus(read_scrape_text(path), Path(path))  # bounded: errors.MAX_SCRAPE_BYTES, MAX_LINE
+
+
+def family_samples(text: str, families: Iterable[str]) -> Iterator[Sample]:
+    """The samples of `families` in one /metrics text, in text order, for a live series (kvtier
+    replay's monitor): a family matches named with or without its counter `_total`; counters'
+    `_created` stamps are left out. The whole text goes to prometheus_client at once, with no line
+    check or index: the monitor reads a scrape a second and keeps a few families of it, and a
+    scrape that does not parse is a missed sample there, not a record error."""
+    wanted = set(families)
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            base = s.name[:-len("_total")] if s.name.endswith("_total") else s.name
+            if (s.name in wanted or base in wanted or f"{base}_total" in wanted) and not s.name.endswith("_created"):
+                yield Sample(s.name, s.labels, float(s.value))
 
 
 def _sha(text: str) -> str:

@@ -28,7 +28,9 @@ def _posix(path: str | Path) -> str:
     return Path(path).as_posix()
 
 
-def _norm(paths: Iterable[str | Path]) -> set[str]:
+def norm_paths(paths: Iterable[str | Path]) -> set[str]:
+    """The paths as the scopes record them (POSIX text, empty ones left out): what a traced value's
+    files are compared and joined as (kvtier.records.traced's cells too)."""
     return {_posix(p) for p in paths if p}
 
 
@@ -36,7 +38,7 @@ def touch(*paths: str | Path) -> None:
     """Record that the files' data was read, in every open scope."""
     scopes = _SCOPES.get()
     if scopes and not _QUIET.get():
-        found = _norm(paths)
+        found = norm_paths(paths)
         for s in scopes:
             s |= found
 
@@ -60,6 +62,12 @@ def quiet() -> Iterator[None]:
         yield
     finally:
         _QUIET.reset(token)
+
+
+def is_quiet() -> bool:
+    """Whether reads are quiet here (inside `quiet()`): a touch would record nothing, so a reader
+    that notes what it reads for a later touch (kvtier.records.traced) need not note it."""
+    return _QUIET.get()
 
 
 def sources_of(value: Any) -> frozenset[str]:
@@ -195,7 +203,7 @@ class Touching:
 
 def carry(obj: Any, *paths: str | Path) -> Any:
     """Give a Touching object (a frozen dataclass too) the files it was derived from."""
-    object.__setattr__(obj, "_kvtier_sources", frozenset(_norm(paths)))
+    object.__setattr__(obj, "_kvtier_sources", frozenset(norm_paths(paths)))
     return obj
 
 
@@ -204,7 +212,7 @@ class PathTouching(Touching):
 
     @property
     def _kvtier_sources(self) -> frozenset[str]:  # type: ignore[override]
-        return frozenset(_norm([object.__getattribute__(self, "path")]))
+        return frozenset(norm_paths([object.__getattribute__(self, "path")]))
 
 
 class TouchingDict(dict):
@@ -214,8 +222,8 @@ class TouchingDict(dict):
     def __init__(self, data: Any = (), files: dict[Any, Iterable[str | Path]] | None = None,
                  default: Iterable[str | Path] = ()):
         super().__init__(data)
-        self._files = {k: tuple(_norm(v)) for k, v in (files or {}).items()}
-        self._default = tuple(_norm(default))
+        self._files = {k: tuple(norm_paths(v)) for k, v in (files or {}).items()}
+        self._default = tuple(norm_paths(default))
 
     def __getitem__(self, key: Any) -> Any:
         touch(*self._files.get(key, self._default))

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import pandas as pd
 
-from .touch import _QUIET, _norm, scope, sources_of, touch, traced, wrap
+from .touch import is_quiet, norm_paths, scope, sources_of, touch, traced, wrap
 
 SRC = "__src__"
 
@@ -210,7 +210,7 @@ class TracedFrame(pd.DataFrame):
             if not isinstance(c, frozenset):
                 return frozenset()
             if c not in normed:
-                normed[c] = frozenset(_norm(c))
+                normed[c] = frozenset(norm_paths(c))
             return normed[c]
         return [direct.union(*(norm(col[i]) for col in cells)) for i in range(len(self))]
 
@@ -229,7 +229,7 @@ class _ColumnReads:
         self.other_rows = False
 
     def note(self, frame: TracedFrame, key: str) -> None:
-        if _QUIET.get():  # read quietly: a touch here would record nothing
+        if is_quiet():  # read quietly: a touch here would record nothing
             return
         if key not in self.columns:
             self.columns.append(key)

@@ -58,8 +58,10 @@ TTFT_SECONDS = "vllm:time_to_first_token_seconds"
 
 # -- startup lines --------------------------------------------------------------------------------
 # The first tier's size as the engine logs it: "GPU KV cache size: 21,520 tokens" (CPU on the CPU
-# build; vLLM 0.17 on, the same words in every release since).
-KV_CACHE_SIZE_LINE = r"(?P<device>GPU|CPU|XPU) KV cache size: (?P<tokens>[\d,]+) tokens"
+# build; vLLM 0.17 on, the same words in every release since). The one pattern of that line: the
+# log reader's startup fact `kv_size` (STARTUP_LINES) and the searches for it in a log as it is
+# written (serving.server, records.geometry); the device as the stats line's, any capitals.
+KV_CACHE_SIZE_LINE = r"(?P<device>[A-Z]+) KV cache size: (?P<tokens>[\d,]+) tokens"
 
 
 def counter_base(name: str) -> str:
@@ -146,7 +148,7 @@ def _int_commas(text: str) -> int:
 STARTUP_LINES: tuple[tuple[str, str, str, dict[str, Callable[[str], Any]], str], ...] = (
     ("version", "vLLM API server version ", r"vLLM API server version (\S+)", {"version": str},
      "vLLM API server version {version}"),
-    ("kv_size", " KV cache size: ", r"([A-Z]+) KV cache size: ([\d,]+) tokens", {"kv_device": str, "kv_cache_tokens": _int_commas},
+    ("kv_size", " KV cache size: ", KV_CACHE_SIZE_LINE, {"kv_device": str, "kv_cache_tokens": _int_commas},
      "{kv_device} KV cache size: {kv_cache_tokens:,} tokens, Maximum concurrency for {max_model_len:,} tokens per request: "
      "{concurrency:.2f}x"),
     ("kv_memory", "Available KV cache memory: ", r"Available KV cache memory: ([\d.]+) GiB", {"kv_cache_gib": float},

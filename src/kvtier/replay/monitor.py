@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from ..records.prometheus import family_samples
 from ..records.replayrun import HOST_FIELDS, HOST_SERIES, METRICS_SERIES  # noqa: F401 (re-exported)
 from ..records.replaywrite import HostSeriesWriter
 from ..records.vllm import CACHE_SERIES as SERIES_FAMILIES
@@ -114,19 +115,10 @@ class HostSeries:
 
 
 def series_rows(text: str, t_s: float, families: tuple[str, ...] = SERIES_FAMILIES) -> list[tuple[float, str, str, float]]:
-    """(t_s, name, labels, value) of every sample of `families` in one /metrics text."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    out = []
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            base = s.name[:-len("_total")] if s.name.endswith("_total") else s.name
-            if s.name in families or base in families or f"{base}_total" in families:
-                if s.name.endswith("_created"):
-                    continue
-                labels = ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()) if k not in ("engine", "model_name"))
-                out.append((t_s, s.name, labels, float(s.value)))
-    return out
+    """(t_s, name, labels, value) of every sample of `families` in one /metrics text (parsed by
+    kvtier.records.prometheus); labels as k=v pairs, sorted, without engine and model_name."""
+    return [(t_s, s.name, ",".join(f"{k}={v}" for k, v in sorted(s.labels.items()) if k not in ("engine", "model_name")),
+             s.value) for s in family_samples(text, families)]
 
 
 class MetricsSeries:
