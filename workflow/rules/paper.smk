@@ -33,6 +33,9 @@ rule publish:
         claims_csv="results/claims.csv",
     params:
         documents=documents,
+    # the three documents render side by side (kvtier.render.document.render_documents): publish
+    # runs last, when nothing else can
+    threads: 3
     log:
         "logs/publish.log",
     benchmark:

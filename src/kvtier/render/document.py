@@ -217,6 +217,36 @@ def keep_captions_with_tables(body: str) -> str:
     return _CAPTIONED_TABLE.sub(r'<figure class="table"><figcaption>\1</figcaption>\n<div class="scroll">\2</div></figure>', body)
 
 
+def render_documents(jobs: dict[str, dict[str, Any]], workers: int = 1) -> dict[str, dict[str, list[str]]]:
+    """`render_document(**kwargs)` for each named document; returns what each printed.
+
+    The documents share only what is read before (registry, ledger, manifest), so with more than
+    one core they render side by side in forked processes (publish is the last rule of a rebuild:
+    the other cores are idle then). Each child writes its own outputs; an error in one is raised
+    here, after the others finish. Without fork (or with one worker) they render one by one."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    workers = min(workers, len(jobs))
+    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        return {name: render_document(**kwargs) for name, kwargs in jobs.items()}
+    _FORKED_JOBS.clear()
+    _FORKED_JOBS.update(jobs)  # a forked child inherits them: only a name goes down the pipe
+    try:
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            futures = {name: pool.submit(_render_forked, name) for name in jobs}
+            return {name: f.result() for name, f in futures.items()}
+    finally:
+        _FORKED_JOBS.clear()
+
+
+_FORKED_JOBS: dict[str, dict[str, Any]] = {}
+
+
+def _render_forked(name: str) -> dict[str, list[str]]:
+    return render_document(**_FORKED_JOBS[name])
+
+
 RESERVED_INPUTS = {"numbers", "ledger", "manifest", "template_files", "code"}
 
 
@@ -256,15 +286,13 @@ def publish_from_snakemake(smk: Any, templates: str = "paper/templates", page_te
     entries = read_manifest(smk.input.manifest)
     stamp = build_stamp(ledger["commit"], ledger["dirty"], version("snakemake"))
     inputs = dict(smk.input.items())
-    printed: dict[str, dict[str, list[str]]] = {}
-    for name, doc in smk.params.documents.items():
-        figures = {k: str(inputs[k]) for k in doc["figures"]}
-        used = render_document(
-            templates=templates, template=doc["template"], page_template=page_template, registry=registry,
-            ledger=ledger, entries=entries, figures=figures, stamp=stamp, out_md=smk.output[f"{name}_md"],
-            out_html=smk.output[f"{name}_html"], title=doc["title"], out_prov=smk.output[f"{name}_prov"],
-        )
+    jobs = {name: dict(
+        templates=templates, template=doc["template"], page_template=page_template, registry=registry,
+        ledger=ledger, entries=entries, figures={k: str(inputs[k]) for k in doc["figures"]}, stamp=stamp,
+        out_md=smk.output[f"{name}_md"], out_html=smk.output[f"{name}_html"], title=doc["title"],
+        out_prov=smk.output[f"{name}_prov"]) for name, doc in smk.params.documents.items()}
+    printed = render_documents(jobs, int(getattr(smk, "threads", 1) or 1))
+    for name, used in printed.items():
         atomic_write_text(smk.output[f"{name}_used"], json.dumps(used, indent=1, sort_keys=True) + "\n")
-        printed[name] = used
     write_report_tables(load_claims(smk.input.claims), registry, printed, smk.output.claims_md, smk.output.claims_csv)
     return printed
