@@ -12,7 +12,6 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from kvtier.numbers import NumbersWriter
 from kvtier.records.evictionrun import REQUEST_SCHEMA, RUN_SCHEMA, RunWriter, find_runs, read_run
 from kvtier.records.touch import scope
 from kvtier.records.traced import plain
+from perturbation import copier, moved, naming
 
 REPO = Path(__file__).resolve().parent.parent
 A = Path("raw/eviction/A/2026-10-14T09-12-05Z")
@@ -132,15 +132,9 @@ def _restore_after(run: Path) -> Path:
 
 @pytest.fixture()
 def raw_copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    shutil.copytree(REPO / "raw" / "eviction", tmp_path / "raw" / "eviction")
-    (tmp_path / "raw" / "production" / "C").mkdir(parents=True)
-    shutil.copy(REPO / "raw/production/C/coldreads.csv", tmp_path / "raw/production/C/coldreads.csv")
-    monkeypatch.chdir(tmp_path)
-    return tmp_path
-
-
-def _moved(before: dict, after: dict) -> set[str]:
-    return {k for k in before if k not in after or before[k]["value"] != after[k]["value"]}
+    root = copier(tmp_path)("raw/eviction", "raw/production/C/coldreads.csv")
+    monkeypatch.chdir(root)
+    return root
 
 
 def _unexplained(keys: set[str]) -> set[str]:
@@ -162,11 +156,10 @@ def test_exactly_the_numbers_that_moved_name_the_perturbed_file(raw_copy: Path, 
     before = numbers()
     assert all(d["inputs"] != ["everything"] for d in before.values()), "a number fell back to the rule's inputs"
     perturb(target)
-    moved = _moved(before, numbers())
-    naming = {k for k, d in before.items() if target.as_posix() in d["inputs"]}
-    assert moved or not _unexplained(naming), f"the perturbation of {target} moved nothing"
-    assert moved <= naming, f"moved when {target} changed but do not name it: {sorted(moved - naming)}"
-    assert not _unexplained(naming - moved), f"name {target} but did not move: {sorted(_unexplained(naming - moved))}"
+    m, named = moved(before, numbers(), may_vanish=True), naming(before, target)
+    assert m or not _unexplained(named), f"the perturbation of {target} moved nothing"
+    assert m <= named, f"moved when {target} changed but do not name it: {sorted(m - named)}"
+    assert not _unexplained(named - m), f"name {target} but did not move: {sorted(_unexplained(named - m))}"
 
 
 def test_the_worker_line_is_read_and_cross_checked(raw_copy: Path) -> None:

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import csv
 import re
-import shutil
-from fnmatch import fnmatch
 from pathlib import Path
 from typing import Callable
 
@@ -26,22 +24,16 @@ import pytest
 from kvtier.errors import RawRecordError
 from kvtier.lab.analysis import LabInputs, analyse
 from kvtier.numbers import NumbersWriter
+from perturbation import Edit, assert_allowed, assert_named, copier, moved, naming, rows, sub
 
 REPO = Path(__file__).resolve().parent.parent
 RUN = Path("raw/lab/cyclic")
 MODEL = Path("raw/lab/model/qwen2.5-1.5b-instruct.yaml")
 SNAPS = [RUN / s / "metrics" / f"{n}.prom" for s in ("vllm", "lmcache") for n in ("0_start", "1_first", "2_second", "3_reverse")]
-Edit = Callable[[Path], None]
 
 
 # ---------------------------------------------------------------- edits of one file
-def _sub(old: str, new: str, count: int = 1) -> Edit:
-    def edit(path: Path) -> None:
-        text = path.read_text(encoding="utf-8")
-        assert old in text, (path, old)
-        path.write_text(text.replace(old, new, count), encoding="utf-8")
-    edit.__name__ = f"{old!r}->{new!r}"
-    return edit
+_sub = sub
 
 
 def _unread(edit: Edit) -> Edit:
@@ -51,16 +43,8 @@ def _unread(edit: Edit) -> Edit:
 
 
 def _rows(change: Callable[[int, dict], None], name: str) -> Edit:
-    def edit(path: Path) -> None:
-        rows = list(csv.DictReader(path.open(newline="", encoding="utf-8")))
-        for i, r in enumerate(rows):
-            change(i, r)
-        with path.open("w", newline="", encoding="utf-8") as f:
-            out = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
-            out.writeheader()
-            out.writerows(rows)
-    edit.__name__ = name
-    return edit
+    """An edit of requests.csv, row by row (`change(i, row)`)."""
+    return rows(lambda table: [change(i, r) for i, r in enumerate(table)] and None, name)
 
 
 def _slower(i: int, r: dict) -> None:  # not uniform: medians, means and ratios all move
@@ -231,28 +215,14 @@ REFUSED: list[tuple[Path, Edit, str]] = [
 @pytest.fixture()
 def copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[], Path]:
     monkeypatch.chdir(tmp_path)
-    n = iter(range(1000))
-
-    def fresh() -> Path:
-        root = tmp_path / f"c{next(n)}"
-        shutil.copytree(REPO / RUN, root / RUN)
-        shutil.copytree(REPO / MODEL.parent, root / MODEL.parent)
-        return root
-    return fresh
+    fresh = copier(tmp_path)
+    return lambda: fresh(RUN, MODEL.parent)
 
 
 def _numbers(root: Path) -> dict[str, dict]:
     w = NumbersWriter("lab", "test", ["everything"])
     analyse(LabInputs.under(root / RUN, str(root / MODEL)), w)
     return {k: {**d, "inputs": [Path(p).relative_to(root).as_posix() for p in d["inputs"]]} for k, d in w.numbers.items()}
-
-
-def _moved(before: dict, after: dict) -> set[str]:
-    return {k for k in before if before[k]["value"] != after[k]["value"]}
-
-
-def _naming(nums: dict, path: Path) -> set[str]:
-    return {k for k, d in nums.items() if path.as_posix() in d["inputs"]}
 
 
 def _run(copy: Callable[[], Path], edits: list[tuple[Path, Edit]]) -> dict[str, dict]:
@@ -273,30 +243,22 @@ def test_every_number_names_records_and_no_list_is_written(copy) -> None:
 
 def test_exactly_the_numbers_that_moved_name_the_file(copy) -> None:
     before = _numbers(copy())
-    moved: dict[Path, set[str]] = {p: set() for p in SINGLE}
+    moved_by: dict[Path, set[str]] = {p: set() for p in SINGLE}
     for path, edits in SINGLE.items():
         for edit in edits:
-            m = _moved(before, _run(copy, [(path, edit)]))
+            m = moved(before, _run(copy, [(path, edit)]))
             if getattr(edit, "moves_nothing", False):
                 assert not m, f"{edit.__name__} of {path} (a line no number reads) moved {sorted(m)}"
                 continue
-            assert m, f"{edit.__name__} of {path} moved nothing"
-            assert m <= _naming(before, path), f"moved when {path} changed ({edit.__name__}) but do not name it: " \
-                                               f"{sorted(m - _naming(before, path))}"
-            moved[path] |= m
+            assert_named(m, naming(before, path), f"{path} ({edit.__name__})")
+            moved_by[path] |= m
     for name, (files, edits) in COHERENT.items():
-        m = _moved(before, _run(copy, edits))
-        assert m, name
+        m = moved(before, _run(copy, edits))
         for f in files:
-            assert m <= _naming(before, f), f"{name}: moved but do not name {f}: {sorted(m - _naming(before, f))}"
-            moved[f] |= m
+            assert_named(m, naming(before, f), f"{f} ({name})")
+            moved_by[f] |= m
     for path in SINGLE:
-        rest = _naming(before, path) - moved[path]
-        allowed = ALLOWED.get(path, {})
-        unexplained = sorted(k for k in rest if not any(fnmatch(k, pat) for pat in allowed))
-        assert not unexplained, f"name {path} but no edit of it moved them: {unexplained}"
-        stale = sorted(pat for pat in allowed if not any(fnmatch(k, pat) for k in rest))
-        assert not stale, f"allowances for {path} that nothing needs: {stale}"
+        assert_allowed(naming(before, path) - moved_by[path], ALLOWED.get(path, {}), path)
 
 
 @pytest.mark.parametrize(("path", "edit", "error"), REFUSED, ids=[f"{p.name}:{e.__name__}" for p, e, _ in REFUSED])

@@ -6,10 +6,7 @@ kvtier.lab.launches) through traced_adder: no list of files is written beside th
 
 from __future__ import annotations
 
-import csv
 import re
-import shutil
-from fnmatch import fnmatch
 from pathlib import Path
 from typing import Callable
 
@@ -18,27 +15,15 @@ import pytest
 from kvtier.errors import RawRecordError
 from kvtier.lab import launches, live
 from kvtier.numbers import NumbersWriter
+from perturbation import Edit, assert_allowed, assert_named, copier, moved, naming, rows, sub
 
 REPO = Path(__file__).resolve().parent.parent
 LIVE = Path("raw/lab/cyclic-cpu")
 LM = Path("raw/lab/cyclic-lmcache-cpu")
 LAUNCH = "20261201T232543Z-lmcache"  # the second lmcache launch of the series
-Edit = Callable[[Path], None]
 
 
 # ---------------------------------------------------------------- edits of one file
-def _rows(change: Callable[[list[dict]], None]) -> Edit:
-    def edit(path: Path) -> None:
-        with path.open(encoding="utf-8", newline="") as f:
-            rows = list(csv.DictReader(f))
-        change(rows)
-        with path.open("w", encoding="utf-8", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]), lineterminator="\n")
-            w.writeheader()
-            w.writerows(rows)
-    return edit
-
-
 def _slower(rows: list[dict]) -> None:  # every request a little slower, each by its own amount
     for k, r in enumerate(rows, 1):
         r["ttft_ms"] = f"{float(r['ttft_ms']) + 0.01 * k:.2f}"
@@ -66,14 +51,6 @@ def _counters(moves: dict[str, float]) -> Edit:
             text, n = re.subn(pat, lambda m: f"{m.group(1)} {float(m.group(2)) + add}", text, count=1, flags=re.M)
             assert n == 1, (path, source)
         path.write_text(text, encoding="utf-8")
-    return edit
-
-
-def _sub(old: str, new: str) -> Edit:
-    def edit(path: Path) -> None:
-        text = path.read_text(encoding="utf-8")
-        assert old in text, (path, old)
-        path.write_text(text.replace(old, new, 1), encoding="utf-8")
     return edit
 
 
@@ -111,13 +88,7 @@ def _relative(w: NumbersWriter, root: Path) -> dict[str, dict]:
 @pytest.fixture()
 def copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Callable[[Path], Path]:
     monkeypatch.chdir(tmp_path)
-    n = iter(range(1000))
-
-    def fresh(records: Path) -> Path:
-        root = tmp_path / f"c{next(n)}"
-        shutil.copytree(REPO / records, root / records)
-        return root
-    return fresh
+    return copier(tmp_path)
 
 
 def _check(copy: Callable[[Path], Path], records: Path, numbers: Callable[[Path], dict], edits: dict[Path, list[Edit]],
@@ -125,23 +96,16 @@ def _check(copy: Callable[[Path], Path], records: Path, numbers: Callable[[Path]
     before = numbers(copy(records))
     assert all(d["inputs"] and d["inputs"] != ["everything"] for d in before.values())
     for path, file_edits in edits.items():
-        naming = {k for k, d in before.items() if path.as_posix() in d["inputs"]}
-        assert naming, f"no number names {path}"
-        moved: set[str] = set()
+        named = naming(before, path)
+        assert named, f"no number names {path}"
+        moved_any: set[str] = set()
         for edit in file_edits:
             root = copy(records)
             edit(root / path)
-            after = numbers(root)
-            m = {k for k in before if before[k]["value"] != after[k]["value"]}
-            assert m, f"{edit.__name__} of {path} moved nothing"
-            assert m <= naming, f"moved when {path} changed but do not name it: {sorted(m - naming)}"
-            moved |= m
-        rest = naming - moved
-        allow = allowed.get(path, {})
-        unexplained = sorted(k for k in rest if not any(fnmatch(k, pat) for pat in allow))
-        assert not unexplained, f"name {path} but no edit of it moved them: {unexplained}"
-        stale = sorted(pat for pat in allow if not any(fnmatch(k, pat) for k in rest))
-        assert not stale, f"allowances for {path} that nothing needs: {stale}"
+            m = moved(before, numbers(root))
+            assert_named(m, named, f"{path} ({edit.__name__})")
+            moved_any |= m
+        assert_allowed(named - moved_any, allowed.get(path, {}), path)
 
 
 # ---------------------------------------------------------------- lablive.*: the CPU build's run
@@ -155,8 +119,8 @@ START = "refused: a fresh server's counters are zero before the first request (n
 POOL = "refused: the worker's pool line is cross-checked against run.yaml's pool and the connector's arguments " \
        "(check_geometry, REFUSED below); the step budget it states is what the prediction of every request reads"
 LIVE_EDITS: dict[Path, list[Edit]] = {
-    R / "requests.csv": [_rows(_slower), _rows(_usage_fewer)],
-    R / "run.yaml": [_sub("max_tokens: 16", "max_tokens: 100")],
+    R / "requests.csv": [rows(_slower), rows(_usage_fewer)],
+    R / "run.yaml": [sub("max_tokens: 16", "max_tokens: 100")],
     NATIVE / "metrics/requests/3_reverse_11.prom": [TO_GPU, _counters({"local_compute": -128, "external_kv_transfer": 128})],
     NATIVE / "metrics/requests/2_second_10.prom": [_counters({"local_compute": -64, "local_cache_hit": 64})],
     NATIVE / "metrics/0_start.prom": [],
@@ -179,12 +143,12 @@ LIVE_ALLOWED: dict[Path, dict[str, str]] = {
     NATIVE / "server.log": {"lablive.*": POOL},
 }
 REFUSED: list[tuple[Path, Path, Edit, str]] = [
-    (LIVE, R / "requests.csv", _rows(lambda rows: rows[3].update(prompt_tokens=str(int(rows[3]["prompt_tokens"]) + 1))),
+    (LIVE, R / "requests.csv", rows(lambda rows: rows[3].update(prompt_tokens=str(int(rows[3]["prompt_tokens"]) + 1))),
      "run.yaml says"),
-    (LIVE, R / "requests.csv", _rows(lambda rows: rows[4].update(doc=rows[3]["doc"])), "documents once"),
+    (LIVE, R / "requests.csv", rows(lambda rows: rows[4].update(doc=rows[3]["doc"])), "documents once"),
     (LIVE, NATIVE / "metrics/0_start.prom", _counters({"local_compute": 64, "local_cache_hit": -64}), "never negative"),
-    (LIVE, NATIVE / "metrics/0_start.prom", _sub('num_gpu_blocks="134"', 'num_gpu_blocks="135"'), "not one server"),
-    (LIVE, NATIVE / "server.log", _sub("host_chunks=256", "host_chunks=255"), "gives a pool of"),
+    (LIVE, NATIVE / "metrics/0_start.prom", sub('num_gpu_blocks="134"', 'num_gpu_blocks="135"'), "not one server"),
+    (LIVE, NATIVE / "server.log", sub("host_chunks=256", "host_chunks=255"), "gives a pool of"),
 ]
 
 
@@ -197,8 +161,8 @@ L = LM / LAUNCH
 MEDIAN = "insensitive: a median (or the minimum, the maximum) over the setup's three launches, which one launch's " \
          "change moves only where it is, or becomes, the middle or an extreme"
 LM_EDITS: dict[Path, list[Edit]] = {
-    L / "requests.csv": [_rows(_much_slower), _rows(_usage_fewer)],
-    L / "run.yaml": [_load("start"), _load("end"), _sub("LMCACHE_MAX_LOCAL_CPU_SIZE: '0.125'", "LMCACHE_MAX_LOCAL_CPU_SIZE: '0.0625'")],
+    L / "requests.csv": [rows(_much_slower), rows(_usage_fewer)],
+    L / "run.yaml": [_load("start"), _load("end"), sub("LMCACHE_MAX_LOCAL_CPU_SIZE: '0.125'", "LMCACHE_MAX_LOCAL_CPU_SIZE: '0.0625'")],
     L / "lmcache/metrics/requests/3_reverse_11.prom": [TO_GPU],
 }
 LM_ALLOWED: dict[Path, dict[str, str]] = {
