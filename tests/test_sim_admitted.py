@@ -144,3 +144,21 @@ def test_curve_check_workload() -> None:
               flavor="vllm", step_tokens=srv.step_tokens)
         assert curvecheck.replay(w, srv, send, done) == curvecheck.replay_reference(w, srv, send, done)
     assert len(set(sessions)) > 1
+
+
+def test_a_stream_the_compiled_loop_does_not_model_goes_to_the_reference() -> None:
+    """A prompt listing a block twice (no vLLM hash chain does) is refused by flatten; the sweep's
+    prediction then replays the whole stream by the readable references."""
+    from dataclasses import replace
+
+    from kvtier.production import sweep
+
+    run = sweep.read_run(REPO / "raw/production/cpu-sweep/pool-0.03125")
+    reqs = sweep.stream(run)
+    i = next(j for j, r in enumerate(reqs) if r.n_blocks >= 2)
+    reqs[i] = replace(reqs[i], blocks=reqs[i].blocks[:-1] + reqs[i].blocks[:1])
+    with pytest.raises(ValueError, match="twice"):
+        fast.flatten(reqs)
+    assert sweep.admitted(run, reqs) == sweep.admitted_reference(run, reqs)
+    table, adm = sweep.predict(run, reqs)
+    assert adm == sweep.admitted_reference(run, reqs)[2] and len(table) == len(reqs)

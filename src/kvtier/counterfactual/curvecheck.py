@@ -18,8 +18,9 @@ The fitted workload is then replayed at every size's own server (KV cache, pool,
 scheduler budget from that size's records), as the server admits requests: the fixed-order
 client's schedule (send order fixed, at most `in_flight` requests out, a session's next turn
 after its answer, no clock) through `ResidentCache` + `replay_admitted` (by its compiled loop,
-kvtier.sim.fast.replay_admitted_flat), the replay that predicts the curve itself exactly. Nothing but the fitted size is seen by the fit; the other sizes are
-predictions, and the gap at each is reported, not tuned away.
+kvtier.sim.fast.replay_admitted_flat), the replay that predicts the curve itself exactly. Nothing
+but the fitted size is seen by the fit; the other sizes are predictions, and the gap at each is
+reported, not tuned away.
 """
 
 from __future__ import annotations

@@ -127,7 +127,8 @@ def admitted(run: SweepRun, requests: list[Request], null_blocks: int = 1,
     return _sources(cols), int(cols.stored_chunks.sum()), admission
 
 
-def admitted_reference(run: SweepRun, requests: list[Request], null_blocks: int = 1) -> tuple[dict[str, list[int]], int, Admission]:
+def admitted_reference(run: SweepRun, requests: list[Request],
+                       null_blocks: int = 1) -> tuple[dict[str, list[int]], int, Admission]:
     """`admitted` by the readable reference, ResidentCache + replay_admitted."""
     r = run.requests
     resident = _cache(run, ResidentCache, null_blocks)
@@ -140,11 +141,13 @@ def predict(run: SweepRun, requests: list[Request], null_blocks: int = 1) -> tup
     """Per request: measured cached tokens beside both replays' outcomes. `null_blocks`: vLLM keeps
     block 0 as its null block (BlockPool in vllm/v1/core/block_pool.py)."""
     r = run.requests
-    flat = _flat(requests)  # once, for both replays
-    pred, pred_stored, admission = admitted(run, requests, null_blocks, flat) if flat is not None \
-        else admitted_reference(run, requests, null_blocks)
-    seq, seq_stored = sequential(run, requests, null_blocks, flat) if flat is not None \
-        else sequential_reference(run, requests, null_blocks)
+    flat = _flat(requests)  # once, for both replays; None: a stream only the readable references model
+    if flat is None:
+        pred, pred_stored, admission = admitted_reference(run, requests, null_blocks)
+        seq, seq_stored = sequential_reference(run, requests, null_blocks)
+    else:
+        pred, pred_stored, admission = admitted(run, requests, null_blocks, flat)
+        seq, seq_stored = sequential(run, requests, null_blocks, flat)
     table = r.assign(order=range(len(r)), prompt_tokens=r.prompt_tokens_sent,
                      pred_gpu_tokens=pred["gpu"], pred_pool_tokens=pred["pool"], pred_computed_tokens=pred["computed"],
                      seq_gpu_tokens=seq["gpu"], seq_pool_tokens=seq["pool"], seq_computed_tokens=seq["computed"])

@@ -32,7 +32,9 @@ static int list_init(List *l, i32 cap) {
     return 0;
 }
 
-static void list_free(List *l) { free(l->prev); free(l->next); free(l->chain); free(l->refs); free(l->key); free(l->real); free(l->stamp); free(l->pin); }
+static void list_free(List *l) {
+    free(l->prev); free(l->next); free(l->chain); free(l->refs); free(l->key); free(l->real); free(l->stamp); free(l->pin);
+}
 
 static i32 list_new(List *l, i64 key, char real) {
     i32 x;
