@@ -16,7 +16,7 @@ Two replays of the stream: one request at a time (`TieredCache`'s rules, the mod
 the counterfactual, by their compiled loop kvtier.sim.fast), and as the server ran them
 (`ResidentCache` + `replay_admitted`: a running request's blocks are held; requests are admitted
 first come, first served, when their blocks fit beside those of the running ones; each ends at the
-finish time its client line records). The
+finish time its client line records; by its compiled loop, kvtier.sim.fast.replay_admitted_flat). The
 second is the prediction: the client keeps up to 16 requests in flight, and the server's KV cache
 holds only a few prompts, so most requests wait, and while they run nothing else can evict them.
 """
@@ -71,22 +71,34 @@ def _cache(run: SweepRun, kind: type[TieredCache], null_blocks: int) -> TieredCa
                 chunk_blocks=s["chunk_blocks"] or 1, flavor="vllm", step_tokens=s.get("step_tokens"))
 
 
-def sequential(run: SweepRun, requests: list[Request], null_blocks: int = 1) -> tuple[dict[str, list[int]], int]:
+def _flat(requests: list[Request]) -> fast.Flat | None:
+    """The stream as the compiled loops read it, or None for one they do not model (a prompt
+    listing a block twice: the readable references replay it)."""
+    try:
+        return fast.flatten(requests)
+    except ValueError:
+        return None
+
+
+def _sources(cols: fast.Columns) -> dict[str, list[int]]:
+    return {"gpu": cols.gpu_tokens.tolist(), "pool": cols.cpu_tokens.tolist(), "computed": cols.computed_tokens.tolist()}
+
+
+def sequential(run: SweepRun, requests: list[Request], null_blocks: int = 1,
+               flat: fast.Flat | None = None) -> tuple[dict[str, list[int]], int]:
     """The one-at-a-time replay: per request its GPU, pool and computed tokens, and the chunks the
     pool stored over the run. By the compiled loop (kvtier.sim.fast.replay_flat: TieredCache's rules,
     equal per request and in stored chunks on every pinned sweep run, tests/test_sweep.py); by
     `sequential_reference` (TieredCache itself) for a stream the compiled loop does not model (a
-    prompt listing a block twice)."""
+    prompt listing a block twice). `flat`: the requests already flattened."""
     s = run.shape
-    try:
-        flat = fast.flatten(requests)
-    except ValueError:
+    flat = flat if flat is not None else _flat(requests)
+    if flat is None:
         return sequential_reference(run, requests, null_blocks)
     cols = fast.replay_flat(flat, int(s["kv_blocks"]) - null_blocks, int(s["block_tokens"]),  # type: ignore[arg-type]
                             cpu_chunks=s["cpu_chunks"], chunk_blocks=s["chunk_blocks"] or 1, flavor="vllm",
                             step_tokens=s.get("step_tokens"))
-    return ({"gpu": cols.gpu_tokens.tolist(), "pool": cols.cpu_tokens.tolist(), "computed": cols.computed_tokens.tolist()},
-            int(cols.stored_chunks.sum()))
+    return _sources(cols), int(cols.stored_chunks.sum())
 
 
 def sequential_reference(run: SweepRun, requests: list[Request], null_blocks: int = 1) -> tuple[dict[str, list[int]], int]:
@@ -97,20 +109,51 @@ def sequential_reference(run: SweepRun, requests: list[Request], null_blocks: in
              "computed": [o.computed_tokens for o in seq]}, cache.stored_chunks)
 
 
+def admitted(run: SweepRun, requests: list[Request], null_blocks: int = 1,
+             flat: fast.Flat | None = None) -> tuple[dict[str, list[int]], int, Admission]:
+    """The replay as the server ran the requests: per request its GPU, pool and computed tokens, the
+    chunks the pool stored over the run, and how admission went. By the compiled loop
+    (kvtier.sim.fast.replay_admitted_flat: replay_admitted's rules, equal per request on every
+    committed sweep run, tests/test_sim_admitted.py); by `admitted_reference` for a stream it does
+    not model. `flat`: the requests already flattened."""
+    s, r = run.shape, run.requests
+    flat = flat if flat is not None else _flat(requests)
+    if flat is None:
+        return admitted_reference(run, requests, null_blocks)
+    cols, admission = fast.replay_admitted_flat(
+        flat, r.sent_s.to_numpy(), (r.sent_s + r.total_s).to_numpy(), int(s["kv_blocks"]) - null_blocks,  # type: ignore[arg-type]
+        int(s["block_tokens"]), cpu_chunks=s["cpu_chunks"], chunk_blocks=s["chunk_blocks"] or 1,  # type: ignore[arg-type]
+        flavor="vllm", step_tokens=s.get("step_tokens"))
+    return _sources(cols), int(cols.stored_chunks.sum()), admission
+
+
+def admitted_reference(run: SweepRun, requests: list[Request],
+                       null_blocks: int = 1) -> tuple[dict[str, list[int]], int, Admission]:
+    """`admitted` by the readable reference, ResidentCache + replay_admitted."""
+    r = run.requests
+    resident = _cache(run, ResidentCache, null_blocks)
+    outs, admission = replay_admitted(resident, requests, r.sent_s.tolist(), (r.sent_s + r.total_s).tolist())  # type: ignore[arg-type]
+    return ({"gpu": [o.gpu_tokens for o in outs], "pool": [o.cpu_tokens for o in outs],
+             "computed": [o.computed_tokens for o in outs]}, resident.stored_chunks, admission)
+
+
 def predict(run: SweepRun, requests: list[Request], null_blocks: int = 1) -> tuple[pd.DataFrame, Admission]:
     """Per request: measured cached tokens beside both replays' outcomes. `null_blocks`: vLLM keeps
     block 0 as its null block (BlockPool in vllm/v1/core/block_pool.py)."""
     r = run.requests
-    resident = _cache(run, ResidentCache, null_blocks)
-    outs, admission = replay_admitted(resident, requests, r.sent_s.tolist(), (r.sent_s + r.total_s).tolist())  # type: ignore[arg-type]
-    seq, seq_stored = sequential(run, requests, null_blocks)
+    flat = _flat(requests)  # once, for both replays; None: a stream only the readable references model
+    if flat is None:
+        pred, pred_stored, admission = admitted_reference(run, requests, null_blocks)
+        seq, seq_stored = sequential_reference(run, requests, null_blocks)
+    else:
+        pred, pred_stored, admission = admitted(run, requests, null_blocks, flat)
+        seq, seq_stored = sequential(run, requests, null_blocks, flat)
     table = r.assign(order=range(len(r)), prompt_tokens=r.prompt_tokens_sent,
-                     pred_gpu_tokens=[o.gpu_tokens for o in outs], pred_pool_tokens=[o.cpu_tokens for o in outs],
-                     pred_computed_tokens=[o.computed_tokens for o in outs],
+                     pred_gpu_tokens=pred["gpu"], pred_pool_tokens=pred["pool"], pred_computed_tokens=pred["computed"],
                      seq_gpu_tokens=seq["gpu"], seq_pool_tokens=seq["pool"], seq_computed_tokens=seq["computed"])
     table["agrees"] = table.cached_tokens == table.pred_gpu_tokens + table.pred_pool_tokens
     table["seq_agrees"] = table.cached_tokens == table.seq_gpu_tokens + table.seq_pool_tokens
-    table.attrs["stored_chunks"] = {"simulated": resident.stored_chunks, "sequential": seq_stored}
+    table.attrs["stored_chunks"] = {"simulated": pred_stored, "sequential": seq_stored}
     return table, admission
 
 

@@ -1,8 +1,10 @@
-"""The compiled replay (`kvtier.sim._core`, C, built at install) behind TieredCache's rules.
+"""The compiled replays (`kvtier.sim._core`, C, built at install) behind TieredCache's rules.
 
 `flatten` turns requests into arrays once (a workload file stores them: kvtier.workloads.store);
 `replay_flat` replays them through the C loop and returns outcome columns. TieredCache stays the
 readable reference; tests require equal outcomes per request on every test workload.
+`replay_admitted_flat` is kvtier.sim.resident.replay_admitted (ResidentCache: requests that
+overlap in time) compiled the same way; replay_admitted stays its readable reference.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Sequence
 import numpy as np
 
 from .requests import Request
+from .resident import Admission
 from .tiers import FLAVORS, POLICIES, Outcome
 
 
@@ -118,21 +121,37 @@ def replay_flat(flat: Flat, gpu_blocks: int, block_tokens: int, *, cpu_chunks: i
         raise ValueError("sizes must be >= 0 (block_tokens, chunk_blocks >= 1)")
     if step_tokens is not None and step_tokens < 1:
         raise ValueError(f"step_tokens must be >= 1 or None, got {step_tokens}")
+    _core = _compiled()
+    R = len(flat)
+    g, loaded, chunks, stored = (np.zeros(R, dtype=np.int64) for _ in range(4))
+    _core.replay(*_arrays(flat), int(flat.universe), int(gpu_blocks), -1 if cpu_chunks is None else int(cpu_chunks),
+                 int(chunk_blocks), int(block_tokens), 0 if step_tokens is None else int(step_tokens),
+                 policy == "store_on_evict", flavor == "vllm", bool(unhashed_first), g, loaded, chunks, stored)
+    return _columns(flat, block_tokens, flavor, g, loaded, chunks, stored)
+
+
+def _compiled():
+    """The extension module, or a clear error saying how to build it."""
     try:
         from . import _core
     except ImportError as e:  # the extension is built by `pip install -e .`
         raise ImportError(f"kvtier's compiled simulator core is not built ({e}); run `pip install -e .` "
                           "in the repository (it needs a C compiler)") from None
-    if "step_tokens" not in (_core.replay.__doc__ or ""):  # a build of an older _core.c
-        raise ImportError("kvtier's compiled simulator core was built from an older _core.c (no step_tokens); "
-                          "run `pip install -e .` in the repository to rebuild it")
-    R = len(flat)
-    g, loaded, chunks, stored = (np.zeros(R, dtype=np.int64) for _ in range(4))
+    if not hasattr(_core, "replay_admitted") or "step_tokens" not in (_core.replay.__doc__ or ""):  # an older _core.c
+        raise ImportError("kvtier's compiled simulator core was built from an older _core.c (no step_tokens or "
+                          "replay_admitted); run `pip install -e .` in the repository to rebuild it")
+    return _core
+
+
+def _arrays(flat: Flat) -> tuple[np.ndarray, ...]:
+    """The request arrays the C loops read, contiguous int64."""
     c = lambda a: np.ascontiguousarray(a, dtype=np.int64)  # noqa: E731
-    _core.replay(c(flat.ids), c(flat.offsets), c(flat.max_hit), c(flat.scratch), c(flat.unique), c(flat.tokens),
-                 int(flat.universe), int(gpu_blocks), -1 if cpu_chunks is None else int(cpu_chunks), int(chunk_blocks),
-                 int(block_tokens), 0 if step_tokens is None else int(step_tokens), policy == "store_on_evict",
-                 flavor == "vllm", bool(unhashed_first), g, loaded, chunks, stored)
+    return c(flat.ids), c(flat.offsets), c(flat.max_hit), c(flat.scratch), c(flat.unique), c(flat.tokens)
+
+
+def _columns(flat: Flat, block_tokens: int, flavor: str, g: np.ndarray, loaded: np.ndarray, chunks: np.ndarray,
+             stored: np.ndarray) -> Columns:
+    """Outcome columns from blocks hit and loaded, as TieredCache._outcome computes them."""
     # a native load that reaches the prompt's end leaves its last token to compute (as TieredCache)
     cap = flat.tokens - ((loaded > 0) & (flavor == "vllm"))
     hit = np.minimum((g + loaded) * block_tokens, cap)
@@ -143,3 +162,45 @@ def replay_flat(flat: Flat, gpu_blocks: int, block_tokens: int, *, cpu_chunks: i
 def replay(requests: Sequence[Request], gpu_blocks: int, block_tokens: int, **kw) -> list[Outcome]:
     """Outcomes as TieredCache(gpu_blocks, block_tokens, **kw).replay(requests) gives them."""
     return replay_flat(flatten(requests), gpu_blocks, block_tokens, **kw).outcomes([r.label for r in requests])
+
+
+def replay_admitted_flat(flat: Flat, arrive: Sequence[float] | np.ndarray, finish: Sequence[float] | np.ndarray,
+                         gpu_blocks: int, block_tokens: int, *, cpu_chunks: int | None = None, chunk_blocks: int = 1,
+                         flavor: str = "lmcache", step_tokens: int | None = None) -> tuple[Columns, Admission]:
+    """kvtier.sim.resident.replay_admitted(ResidentCache(gpu_blocks, block_tokens, ...), requests, arrive,
+    finish) as arrays, by the compiled loop: the outcome columns (in the order given; stored_chunks
+    per request sum to the cache's stored_chunks) and how admission went. Write-through, vLLM >= 0.24's
+    free order, as ResidentCache."""
+    if flavor not in FLAVORS:
+        raise ValueError(f"flavor must be one of {FLAVORS}, got {flavor!r}")
+    if gpu_blocks < 0 or block_tokens < 1 or chunk_blocks < 1 or (cpu_chunks is not None and cpu_chunks < 0):
+        raise ValueError("sizes must be >= 0 (block_tokens, chunk_blocks >= 1)")
+    if step_tokens is not None and step_tokens < 1:
+        raise ValueError(f"step_tokens must be >= 1 or None, got {step_tokens}")
+    R = len(flat)
+    a, f = np.asarray(arrive, dtype=np.float64), np.asarray(finish, dtype=np.float64)
+    if not (len(a) == len(f) == R):
+        raise ValueError("requests, arrive and finish must have one entry per request")
+    if np.isnan(a).any() or np.isnan(f).any():
+        raise ValueError("arrive and finish times must be numbers (NaN found)")
+    early = np.flatnonzero(f <= a)  # replay_admitted would look for it among the waiting ones, before it arrived
+    if len(early):
+        raise ValueError(f"request {int(early[0])} finishes at {f[early[0]]} <= its arrival {a[early[0]]}")
+    _core = _compiled()
+    # replay_admitted's event order: by time, a finish before an arrival at the same time, then by request
+    idx = np.arange(R, dtype=np.int64)
+    order = np.lexsort((np.concatenate([idx, idx]), np.repeat(np.array([0, 1], dtype=np.int64), R), np.concatenate([f, a])))
+    events = np.ascontiguousarray(2 * np.concatenate([idx, idx])[order] + (order >= R))
+    g, loaded, chunks, stored = (np.zeros(R, dtype=np.int64) for _ in range(4))
+    adm = np.zeros(4, dtype=np.int64)
+    _core.replay_admitted(*_arrays(flat), events, int(flat.universe), int(gpu_blocks),
+                          -1 if cpu_chunks is None else int(cpu_chunks), int(chunk_blocks), int(block_tokens),
+                          0 if step_tokens is None else int(step_tokens), flavor == "vllm", g, loaded, chunks, stored, adm)
+    return _columns(flat, block_tokens, flavor, g, loaded, chunks, stored), Admission(*map(int, adm))
+
+
+def replay_admitted(requests: Sequence[Request], arrive: Sequence[float], finish: Sequence[float], gpu_blocks: int,
+                    block_tokens: int, **kw) -> tuple[list[Outcome], Admission]:
+    """What kvtier.sim.resident.replay_admitted(ResidentCache(gpu_blocks, block_tokens, **kw), ...) returns."""
+    cols, adm = replay_admitted_flat(flatten(requests), arrive, finish, gpu_blocks, block_tokens, **kw)
+    return cols.outcomes([r.label for r in requests]), adm

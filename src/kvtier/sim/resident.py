@@ -13,6 +13,9 @@ the one at the head starts when every block it will hold (prompt, generated toke
 last block) fits beside those of the running requests, and otherwise waits for a finish. A request
 the record shows finished before the model could admit it is admitted then (counted as `forced`).
 With arrivals that never overlap this is `TieredCache.replay`, request for request.
+
+This is the readable reference; `kvtier.sim.fast.replay_admitted_flat` runs the same rules compiled
+(kvtier.sim._core; tests/test_sim_admitted.py requires equal outcomes and admission on every test stream).
 """
 
 from __future__ import annotations
