@@ -26,9 +26,7 @@ cpu0 = time.process_time()
 client = smk.params.capture_client
 if Path(client).as_posix() not in {Path(p).as_posix() for p in raw}:
     raise RawRecordError(client, "the capture's client log is not among the sweep's pinned records")
-# the capture is one of the sweep's runs, whose client log its reader has read and checked already
-capture = next((x.run for x in results if x.run.file("client.jsonl").as_posix() == Path(client).as_posix()), client)
-service = sweepcheck.service_model(capture, smk.params.service_bins, smk.params.above_last)
+service = sweepcheck.service_model(client, smk.params.service_bins, smk.params.above_last)
 reg = sweepcheck.registry(smk.input.production)  # each number read touches the file (records.touch)
 w, record, calibrated = sweepcheck.predict(reg, results, service, smk.input.hours, smk.params.think["median_s"],
                                            smk.params.think["sigma"], smk.params.reusable, smk.params.seed,

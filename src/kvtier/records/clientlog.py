@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from ..errors import RawRecordError, jsonl_records
 from .touch import touch
@@ -84,19 +84,14 @@ def read_client(path: str | Path, run_seconds: float | None = None) -> list[dict
     return rows
 
 
-ClientLine = tuple[int, str, dict[str, Any]]  # (line number, text, record), as client_lines yields them
-
-
 def read_client_log(path: str | Path, extra: dict[str, tuple[type, ...]] | None = None,
-                    run_seconds: float | None = None, lines: Iterable[ClientLine] | None = None) -> "pd.DataFrame":
+                    run_seconds: float | None = None) -> "pd.DataFrame":
     """One row per answered request (status ok), with its line number, in file order. A line
     that is not JSON, lacks a field or has one of the wrong type is an error naming it, so is
     one the run contract refuses (client_lines; `run_seconds`: the observation's length,
     host.yaml). `extra`: more fields an answered line must have (name: types), kept as columns.
     A failed request (status failed, with its reason) is left out and counted: `attrs["failed"]`,
-    `attrs["failed_lines"]` its line numbers. `lines`: the log's records as `client_lines` yields
-    them (the run contract's checks made, or being made as they are yielded), read instead of the
-    file: a reader that keeps them asks for more fields without reading the log again."""
+    `attrs["failed_lines"]` its line numbers."""
     import pandas as pd
 
     path = Path(path)
@@ -104,9 +99,7 @@ def read_client_log(path: str | Path, extra: dict[str, tuple[type, ...]] | None 
     rows = []
     failed: list[int] = []
     seen: dict[tuple[int, int], int] = {}
-    if lines is not None:
-        touch(path)  # as client_lines does: the values come from the log
-    for lineno, line, rec in (client_lines(path, run_seconds) if lines is None else lines):
+    for lineno, line, rec in client_lines(path, run_seconds):
         if rec.get("status") not in ("ok", "failed"):
             raise RawRecordError(path, f"status {rec.get('status')!r}, expected 'ok' or 'failed'", line=lineno, record=line)
         want = dict(CLIENT_FIELDS, **(dict(ANSWERED_FIELDS, **extra) if rec["status"] == "ok" else FAILED_FIELDS))
@@ -135,9 +128,8 @@ def read_client_log(path: str | Path, extra: dict[str, tuple[type, ...]] | None 
     return out
 
 
-def answered(client_log: str | Path, lines: Iterable[ClientLine] | None = None) -> list[tuple[int, int, int, int]]:
+def answered(client_log: str | Path) -> list[tuple[int, int, int, int]]:
     """(session, index, prompt tokens sent, line) of every answered request, in log order. Read
-    while a capture writes its sent-blocks record, before the run contract can apply; `lines`:
-    the log's records already read (client_lines), instead of the file."""
+    while a capture writes its sent-blocks record, before the run contract can apply."""
     return [(int(r["session"]), int(r["index"]), int(r["prompt_tokens_sent"]), i)
-            for i, _, r in (jsonl_records(client_log) if lines is None else lines) if r.get("status") == "ok"]
+            for i, _, r in jsonl_records(client_log) if r.get("status") == "ok"]

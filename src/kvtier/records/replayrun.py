@@ -25,7 +25,7 @@ import numpy as np
 
 from ..errors import RawRecordError
 from . import vllm as V
-from .clientlog import ClientLine, client_lines, read_client_log
+from .clientlog import client_lines, read_client_log
 from .geometry import shape_from
 from .prometheus import Snapshot, read_prometheus
 from .touch import quiet, touch
@@ -129,9 +129,6 @@ class ReplayRun(FieldTouching):
     measured: dict[str, float]
     preemptions: float
     stored_chunks: float | None
-    # client.jsonl's records as `read` read and checked them: the parts below that need more of
-    # the log read these instead of the file (read and parsed once per run)
-    _client: list[ClientLine] | None = field(default=None, repr=False, compare=False)
 
     def _folder(self) -> Path:
         return object.__getattribute__(self, "path")
@@ -161,23 +158,18 @@ class ReplayRun(FieldTouching):
     def sent(self) -> dict[tuple[int, int], tuple[int, np.ndarray]]:
         """The stream as sent (sent_blocks.npz), checked against the client log: (session,
         index) -> (prompt tokens, block ids), in blocks of `sent_block_tokens()`."""
-        return read_sent(self.path / SENT, self.path / CLIENT, self._client)
+        return read_sent(self.path / SENT, self.path / CLIENT)
 
     def sent_block_tokens(self) -> int:
         return read_sent_block_tokens(self.path / SENT)
 
     def answered(self, extra: dict[str, tuple[type, ...]] | None = None) -> "pd.DataFrame":
         """The client log's answered requests with `extra` fields too (records.clientlog), in file order."""
-        if self._client is not None:
-            return read_client_log(self.path / CLIENT, extra, lines=self._client)
         return read_client_log(self.path / CLIENT, extra, run_seconds=observation_seconds(self.path / HOST_YAML))
 
     def client_lines(self) -> list[tuple[int, dict[str, Any]]]:
         """(line number, record) of every line of the client log (answered and failed), as
         written, by the client log's reader (the run contract's line checks)."""
-        if self._client is not None:
-            touch(self.path / CLIENT)
-            return [(i, rec) for i, _, rec in self._client]
         return [(i, rec) for i, _, rec in client_lines(self.path / CLIENT, observation_seconds(self.path / HOST_YAML))]
 
     def load(self) -> Load:
@@ -238,9 +230,7 @@ def read(run_dir: str | Path) -> ReplayRun:
         # each scrape parsed once (its whole table: the contract checks every sample), then checked and read
         start, end = read_prometheus(run_dir / METRICS_START), read_prometheus(run_dir / METRICS_END)
         log = runcontract.check_run_folder(run_dir, end, start=start)  # counters, one server run, one geometry, job lines
-        lines: list[ClientLine] = []  # kept as they are checked, each line's checks in the log's order as before
-        answered = read_client_log(run_dir / CLIENT, lines=_kept(client_lines(run_dir / CLIENT, observation_seconds(
-            run_dir / HOST_YAML)), lines))
+        answered = read_client_log(run_dir / CLIENT, run_seconds=observation_seconds(run_dir / HOST_YAML))
         reqs = answered.sort_values(["sent_s", "line"], kind="stable").reset_index(drop=True)
         reqs.attrs.update(answered.attrs)
         worker = log.worker
@@ -261,14 +251,7 @@ def read(run_dir: str | Path) -> ReplayRun:
                                                         f"the KV cache and the pool, usage in client.jsonl {int(reqs.cached_tokens.sum())}")
         pre = _grew(end, start, V.PREEMPTIONS)
         stored = _grew(end, start, V.STORE_BYTES) / worker["bytes_per_offloaded_block"] if worker is not None else None
-    return ReplayRun(run_dir, meta, reqs, shape, measured, pre, stored, lines)
-
-
-def _kept(items: Iterator[ClientLine], into: list[ClientLine]) -> Iterator[ClientLine]:
-    """`items`, each also appended to `into` as it is yielded."""
-    for item in items:
-        into.append(item)
-        yield item
+    return ReplayRun(run_dir, meta, reqs, shape, measured, pre, stored)
 
 
 def observation_seconds(host_yaml: Path) -> float | None:
@@ -312,10 +295,9 @@ def read_load(path: str | Path) -> Load:
     return Load(float(np.mean(load)), max(load), float(np.mean(steal)), len(rows), path.parent)
 
 
-def read_sent(path: str | Path, client_log: str | Path | None = None,
-              lines: list[ClientLine] | None = None) -> dict[tuple[int, int], tuple[int, np.ndarray]]:
+def read_sent(path: str | Path, client_log: str | Path | None = None) -> dict[tuple[int, int], tuple[int, np.ndarray]]:
     """sent_blocks.npz: (session, index) -> (prompt tokens, block ids); checked (quietly) against
-    the client log's answered requests when given (`lines`: its records already read)."""
+    the client log's answered requests when given."""
     from .clientlog import answered
 
     path = Path(path)
@@ -331,7 +313,7 @@ def read_sent(path: str | Path, client_log: str | Path | None = None,
            for k, (s, i, n) in enumerate(zip(session, index, tokens))}
     if client_log is not None:
         with quiet():
-            for s, i, sent, line in answered(Path(client_log), lines):
+            for s, i, sent, line in answered(Path(client_log)):
                 got = out.get((s, i))
                 if got is None or got[0] != sent:
                     raise RawRecordError(client_log, f"session {s} turn {i}: {path.name} has "
