@@ -45,6 +45,9 @@ class Sample:
 # a sample: name, optional {labels}, value (a float, Inf or NaN: parsed later), optional timestamp
 # (integer milliseconds). The name is group 1.
 _LINE = re.compile(r"[ \t]*|#.*|([a-zA-Z_:][a-zA-Z0-9_:]*)[ \t]*(?:\{.*\})?[ \t]*[-+.0-9a-zA-Z]+(?:[ \t]+-?[0-9]+)?[ \t]*")
+# The same shape for every line of a text at once (one regex call a scrape instead of one a line):
+# no part of it crosses a newline, so each match is exactly one whole valid line.
+_LINES = re.compile(r"^(?:" + _LINE.pattern + r")$", re.MULTILINE)
 
 
 class Snapshot:
@@ -68,14 +71,21 @@ class Snapshot:
     def parse(cls, text: str, source: str = "<metrics>", sha256: str | None = None) -> "Snapshot":
         """Check every line's shape and index the samples by name; no value is parsed yet."""
         lines = text.splitlines()
+        # One match per valid line, in order (group 1: the sample name, "" on a comment or blank):
+        # as many matches as lines means every line has a shape; else the first bad line is named.
+        names: list[str] = _LINES.findall("\n".join(lines)) if lines else []
+        if len(names) != len(lines):  # some line has no shape: find the first, line by line
+            names = []
+            for i, line in enumerate(lines):
+                m = _LINE.fullmatch(line)
+                if m is None:
+                    raise RawRecordError(source, f"{NOT_PROM} (not a sample, a comment or blank)", line=i + 1,
+                                         record=line)
+                names.append(m.group(1) or "")
         index: dict[str, list[int]] = {}
-        for i, line in enumerate(lines):
-            m = _LINE.fullmatch(line)
-            if m is None:
-                raise RawRecordError(source, f"{NOT_PROM} (not a sample, a comment or blank)", line=i + 1,
-                                     record=line)
-            if m.group(1):
-                index.setdefault(m.group(1), []).append(i)
+        for i, name in enumerate(names):
+            if name:
+                index.setdefault(name, []).append(i)
         return cls(lines, index, source, sha256 if sha256 is not None else _sha(text), text)
 
     @classmethod

@@ -233,17 +233,37 @@ class TouchingDict(dict):
         return self[key] if key in self else default
 
 
+class RowSources:
+    """A table's files by row key (touching_rows), never changed once made. pandas deep-copies a
+    table's attrs into every table derived from it (each selection, each column read); being
+    read-only, this one is shared by the copies instead of copied file name by file name."""
+
+    __slots__ = ("key", "sources")
+
+    def __init__(self, key: str, sources: dict[Any, frozenset[str]]):
+        self.key = key
+        self.sources = sources
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> "RowSources":
+        return self
+
+    def __eq__(self, other: object) -> bool:  # pandas' concat keeps attrs that are equal across its inputs
+        return isinstance(other, RowSources) and (self.key, self.sources) == (other.key, other.sources)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 def touching_rows(table: Any, key: str, sources: dict[Any, frozenset[str]]) -> Any:
     """A table whose rows by `key` were computed from different files: their files in its attrs
     (`kvtier_row_sources`), read back by `rows_of`."""
-    table.attrs["kvtier_row_sources"] = {"key": key, "sources": {k: frozenset(v) for k, v in sources.items()}}
+    table.attrs["kvtier_row_sources"] = RowSources(key, {k: frozenset(v) for k, v in sources.items()})
     return table
 
 
 def rows_of(table: Any, *values: Any) -> Any:
     """The rows of `table` whose key is one of `values` (all rows: none given), touching their files."""
-    meta = table.attrs.get("kvtier_row_sources") or {"key": None, "sources": {}}
-    wanted = list(values) or list(meta["sources"])
+    meta = table.attrs.get("kvtier_row_sources") or RowSources(None, {})  # type: ignore[arg-type]
+    wanted = list(values) or list(meta.sources)
     for v in wanted:
-        touch(*meta["sources"].get(v, ()))
-    return table if not values else table[table[meta["key"]].isin(wanted)]
+        touch(*meta.sources.get(v, ()))
+    return table if not values else table[table[meta.key].isin(wanted)]
