@@ -40,3 +40,16 @@ def test_an_error_in_one_document_reaches_the_caller(tmp_path: Path) -> None:
     jobs = _jobs(tmp_path, lambda i, t: "no_such_template.md.j2" if i == 1 else t)
     with pytest.raises(Exception, match="no_such_template"):
         render_documents(jobs, workers=2)
+
+
+def test_off_linux_the_documents_render_one_by_one(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """macOS offers fork but its system libraries are not fork-safe: there, no child process."""
+    import concurrent.futures
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("a process pool off Linux")
+
+    monkeypatch.setattr("sys.platform", "darwin")
+    monkeypatch.setattr(concurrent.futures, "ProcessPoolExecutor", refuse)
+    assert list(render_documents(_jobs(tmp_path), workers=3)) == ["doc0", "doc1", "doc2"]
+    assert len(list(tmp_path.iterdir())) == 6

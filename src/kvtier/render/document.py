@@ -223,12 +223,15 @@ def render_documents(jobs: dict[str, dict[str, Any]], workers: int = 1) -> dict[
     The documents share only what is read before (registry, ledger, manifest), so with more than
     one core they render side by side in forked processes (publish is the last rule of a rebuild:
     the other cores are idle then). Each child writes its own outputs; an error in one is raised
-    here, after the others finish. Without fork (or with one worker) they render one by one."""
+    here, after the others finish. Fork only on Linux (macOS offers it but its system libraries
+    are not fork-safe, hence spawn is its default); elsewhere, or with one worker, they render
+    one by one."""
     import multiprocessing
+    import sys
     from concurrent.futures import ProcessPoolExecutor
 
     workers = min(workers, len(jobs))
-    if workers <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+    if workers <= 1 or not sys.platform.startswith("linux"):
         return {name: render_document(**kwargs) for name, kwargs in jobs.items()}
     _FORKED_JOBS.clear()
     _FORKED_JOBS.update(jobs)  # a forked child inherits them: only a name goes down the pipe
