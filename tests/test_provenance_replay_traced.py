@@ -40,14 +40,22 @@ RUNS = ("r1-pool-0", "r1-pool-0.03125", "r2-pool-0", "r2-pool-0.03125")
 RUN = ROOT / "r1-pool-0.03125"  # the run perturbed: a pool, and the run the curve check fits to
 SIZE = (RUN, ROOT / "r2-pool-0.03125")  # both runs of its pool size
 
-# The fit (curve.cf.*) may name any file of the run and keep its value under its edits: it reads
-# the fitted size's records whole (prompts, times, in_flight, prompt_limit, the flags, the measured
-# medians) and its outcome (parameters, shares, residuals, the replays at every size) is one
-# computation over all of them, its bisections discrete, so an edit of a field one part reads, or
-# a small one, leaves most of them; and a size's row (curve.cf.size.<i>, the saturation ratio,
-# the largest pool's measured reuse) names the fit's files and its size's, not per column. The
-# parts the fit starts from (its size, targets, service model, prefix, stream) name their own.
-FIT = re.compile(r"curve\.cf\..*")
+# The fit to one size (curve.cf.*) reads the fitted size's records; what parts of it name the
+# file of the run and keep their value under its edits, for every file the fit read, and why.
+# Its parts (its size, targets, service model, prefix, the stream's reuse) name what each read and
+# are allowed per file below; its outcome names all it read: one computation.
+FIT: dict[re.Pattern[str], str] = {re.compile(p): why for p, why in {
+    r"curve\.cf\.(fit\.reusable_(low|high|tried)|model\.think_sigma)": "settings the fit brackets its bisection with, or "
+    "copies (reusable_share, its steps, think_time's sigma): the same whatever the records (test_the_fit_s_fixed_parts)",
+    r"curve\.cf\.size\.0\.(share_pool|pool_share_of_misses|error_points_(share_pool|pool_share_of_misses))": "the size "
+    "without a pool: the model's pool shares there are 0 whatever the fit, and so are the measured (test_the_fit_s_fixed_parts)",
+    r"curve\.cf\.worst_size": "two sizes, one fitted: the worst predicted size is the other (test_the_fit_s_fixed_parts)",
+    r"curve\.cf\.(largest\.measured_reuse|measured_saturation_ratio)": "an over-claim left: a size's row names the fit's "
+    "files and its size's (touching_rows keeps files per row, not per column); these read its measured medians and pool only",
+    r"curve\.cf\.(fit\.\w+|model\.\w+|size\.\d+\.\w+|unbounded\.model|within_goal|worst_points_predicted|largest\.model_reuse)":
+    "the fit's outcome: its bisections' steps and choice among a few tried points are discrete, so an edit of a field one "
+    "part reads, or a small one, leaves many of its numbers",
+}.items()}
 # The replay admitted every request on arrival: the client sent each after the previous answer
 # (test_every_request_is_admitted_on_arrival), so no block count or pool can make one wait.
 ADMISSION = "admitted on arrival: one request at a time, whatever its blocks, the pool and the step budget"
@@ -65,6 +73,8 @@ MONOTONE = ("the size with the pool has a median pool share of at least half the
             "(test_the_median_pool_share_rises_whatever_this_run_measured): no value of this run's reaches the order")
 RESTART = "refused: the first scrape counts nothing yet (0), so an edit raises it: the counters' prompt tokens then disagree " \
           "with the answered requests', a counter at the end lower than at the start is a restart"
+SERVICE_POINTS = "as many as service_bins (test_the_fit_s_fixed_parts): every bin of computed tokens holds requests " \
+                 "under these edits"
 BLOCK = "refused: the server's block size is stated by both scrapes, run.yaml's command and server.log (one geometry); " \
         "the pool's tokens, the sizes and the rounds by pool follow it"
 # Per file: what names it and no edit of it moved, and why (each pattern needed by some number).
@@ -73,6 +83,9 @@ NAMED_NOT_MOVED: dict[str, dict[re.Pattern[str], str]] = {k: {re.compile(p): why
         r"curve\.(requests_all|requests_all_equal|size\.\d+\.requests)|sweepcpu\.(run\.\d+\.)?requests(_min|_max)?":
         "refused: the server counted the answered requests' prompt tokens (metrics.prom): an answer added to or dropped "
         "from client.jsonl alone disagrees",
+        r"curve\.cf\.(system_tokens|unbounded\.stream|target\.(mean_prompt|share_above_\w+|requests|requests_per_session|sessions))":
+        "refused: each prompt's tokens are sent_blocks.npz's and the server's (metrics.prom), the requests as above",
+        r"curve\.cf\.service\.points": SERVICE_POINTS,
         r"curve\.worst_spread_points": SPREAD,
     },
     "host_series.csv": {  # the load (its mean, largest, the curve's lowest and largest) and the flag (steal) move
@@ -81,6 +94,10 @@ NAMED_NOT_MOVED: dict[str, dict[re.Pattern[str], str]] = {k: {re.compile(p): why
         r"curve\.size\.\d+\.p\d+_(ttft|tpot|itl)_ms\.min": "this run's latencies are its size's largest "
         "(test_this_run_is_the_slowest_of_its_size): keeping it or not (its flag, all host_series reaches) leaves the smallest",
         r"curve\.pool_share_monotone": MONOTONE,
+        r"curve\.cf\.(service\.points|system_tokens|unbounded\.stream|target\.(mean_output|mean_prompt|requests\w*|sessions"
+        r"|share_above_\w+|share_gpu|share_pool))": "the run fitted to is its size's first kept one (the flags): both runs "
+        "sent the same stream (test_the_size_s_runs_sent_one_stream) and measured the same shares (SAME), so the other's "
+        "stream targets, prefix, service points and measured targets are this one's",
     },
     "metrics.prom": {  # the shares both ways, the preemptions and the stored blocks move
         r"sweepcpu\.run\.\d+\.prompt_tokens": "refused: the counters' prompt tokens are the answered requests' (client.jsonl)",
@@ -95,26 +112,32 @@ NAMED_NOT_MOVED: dict[str, dict[re.Pattern[str], str]] = {k: {re.compile(p): why
         "tokens): only the computed share falls; the other run of the size measured the same (SAME), so the least of "
         "the shares that rise and the largest computed share stay",
         r"curve\.(chunk_tokens|sizes|repeats_(min|max)|size\.\d+\.(runs|pool_tokens))|sweepcpu\.(chunk_tokens|run\.\d+\.pool_tokens)"
-        r"|curve\.time\.(sweep|sweep_alone)\.\w+|curve\.time\.sweeps": BLOCK,
+        r"|curve\.time\.(sweep|sweep_alone)\.\w+|curve\.time\.sweeps|curve\.cf\.(fit_size|system_tokens|unbounded\.stream)": BLOCK,
         r"curve\.pool_share_monotone": MONOTONE,
     },
     "server.log": {
         ADMITTED: ADMISSION,
         r"(sweepcpu\.run\.\d+\.(simulated|sequential)\.(share_gpu|diff_points_gpu))"
         r"|curve\.size\.\d+\.simulated\.share_gpu\.\w+": GPU,
-        r"curve\.(sizes|repeats_(min|max)|size\.\d+\.runs)|curve\.time\.(sweep|sweep_alone)\.\w+|curve\.time\.sweeps":
+        r"curve\.(sizes|repeats_(min|max)|size\.\d+\.runs)|curve\.time\.(sweep|sweep_alone)\.\w+|curve\.time\.sweeps"
+        r"|curve\.cf\.fit_size":
         "refused: the sizes are the runs' pools (the worker's line); one run's pool moved alone is no longer a round of "
         "every size (and the pool of both runs of the size moves these counts, and the rounds, only by merging sizes)",
         r"curve\.worst_spread_points": SPREAD,
+        r"curve\.cf\.unbounded\.stream": "a KV cache that never evicts and no pool: no pool geometry or step budget reaches it",
     },
     "sent_blocks.npz": {
         ADMITTED: ADMISSION,
         r"curve\.worst_spread_points": SPREAD,
     },
     "run.yaml": {  # the health wait and the time limit move
-        r"curve\.(size\.\d+\.pool_bytes|sizes_with_pool)|sweepcpu\.(run\.\d+\.pool_bytes|with_pool|without_pool)":
+        r"curve\.(size\.\d+\.pool_bytes|sizes_with_pool)|sweepcpu\.(run\.\d+\.pool_bytes|with_pool|without_pool)"
+        r"|curve\.cf\.fit_size":
         "refused: the pool's bytes are cross-checked against the connector's arguments and the worker's line "
         "(records.geometry); the tier against the worker's line",
+        r"curve\.cf\.target\.(mean_output|mean_prompt|period|requests\w*|share_above_\w+)": "an over-claim left: "
+        "curvecheck.targets_of reads run.yaml's in_flight and prompt limit in the call that reads these stream targets "
+        "(client.jsonl), so they name it",
         r"sweepcpu\.max_duration_min": "the other runs have no time limit (0; test_the_other_runs_have_no_time_limit): "
                                        "the least is 0 whatever this run's",
     },
@@ -190,12 +213,12 @@ def _earlier_start(path: Path) -> None:
     path.write_text(yaml.safe_dump(meta, sort_keys=False))
 
 
-def _health(seconds: float) -> Edit:
-    def edit(path: Path) -> None:  # the server took `seconds` to answer /health
-        meta = yaml.safe_load(path.read_text())
-        meta["server"]["health_wait_s"] = seconds
-        path.write_text(yaml.safe_dump(meta, sort_keys=False))
-    return edit
+def _slow_health_and_half_limit(path: Path) -> None:
+    """The server took 1,000 s to answer /health, and the prompt limit was half (the fit's context limit)."""
+    meta = yaml.safe_load(path.read_text())
+    meta["server"]["health_wait_s"] = 1000.0
+    meta["prompt_limit"]["tokens"] = int(meta["prompt_limit"]["tokens"]) // 2
+    path.write_text(yaml.safe_dump(meta, sort_keys=False))
 
 
 def _quick_health_and_limit(path: Path) -> None:
@@ -248,10 +271,11 @@ def _cached_moved(recs: list[dict]) -> None:
 def _queued(recs: list[dict]) -> None:
     """The first 19 answers end when the 21st request is sent, the 20th keeps its end: the
     requests overlap, so the replay as the server ran them makes some wait and admits one the
-    record shows finished while it waited (forced)."""
+    record shows finished while it waited (forced); the last answer ends a second later."""
     ok = _answered(recs)
     for r in ok[:19]:
         r["total_s"] = round(max(r["total_s"], ok[20]["sent_s"] - r["sent_s"]), 6)
+    ok[-1]["total_s"] += 1.0  # and the last answer a second later (the fit's period)
 
 
 @_client
@@ -317,6 +341,17 @@ def _other_last_blocks(path: Path) -> None:
     np.savez_compressed(path, **z)
 
 
+def _shared_first_block(path: Path) -> None:
+    """Every session's first prompt starts with the same block (a shared system prefix): the fit's
+    prefix grows from none to one block."""
+    z = dict(np.load(path))
+    blocks = z["blocks"].copy()
+    firsts = [int(z["offsets"][k]) for k in range(len(z["tokens"])) if z["index"][k] == 0]
+    blocks[firsts] = blocks[firsts[0]]
+    z["blocks"] = blocks
+    np.savez_compressed(path, **z)
+
+
 def _sub_each(path: Path, pairs: list[tuple[str, str]]) -> None:
     text = path.read_text()
     for old, new in pairs:
@@ -357,7 +392,7 @@ EDITS: dict[str, list[list[tuple[Path, Edit]]]] = {
     # the run's load the curve's lowest, its steal above the threshold (flagged)
     "host_series.csv": [_one_file("host_series.csv", _series("load1", 1.0), _series("steal_share", 0.2))],
     "host.yaml": [_one_file("host.yaml", _earlier_start)],
-    "run.yaml": [_one_file("run.yaml", _quick_health_and_limit), _one_file("run.yaml", _health(1000.0))],  # the least, the most
+    "run.yaml": [_one_file("run.yaml", _quick_health_and_limit), _one_file("run.yaml", _slow_health_and_half_limit)],
     "client.jsonl": [_one_file("client.jsonl", *e) for e in ((_faster_and_one_failed, _cached_moved), (_queued,),
                                                              (_session_later, _longer_answers))],
     # 64 tokens credited to the pool instead of the KV cache, 64 more computed, two preemptions, one more
@@ -373,7 +408,7 @@ EDITS: dict[str, list[list[tuple[Path, Edit]]]] = {
     "server.log": [_one_file("server.log", _smaller_budget),
                    # the pool's chunking, on both runs of the size (the curve's sizes are the runs' pools)
                    [(run / f, e) for run in SIZE for f, e in zip(("server.log", "run.yaml"), CHUNKS)]],
-    "sent_blocks.npz": [_one_file("sent_blocks.npz", _other_last_blocks)],
+    "sent_blocks.npz": [_one_file("sent_blocks.npz", _other_last_blocks), _one_file("sent_blocks.npz", _shared_first_block)],
 }
 
 
@@ -389,8 +424,14 @@ def test_a_perturbed_run_file_moves_exactly_the_numbers_that_name_it(before: dic
         outside = sorted(m - set().union(*(naming(before, f) for f in files)))
         assert not outside, f"moved when {files} changed but name none of them: {outside}"
         credited |= m & naming(before, target)
-    rest = {k for k in naming(before, target) - credited if not FIT.fullmatch(k)}
+    rest = {k for k in naming(before, target) - credited if not any(pat.fullmatch(k) for pat in FIT)}
     assert_allowed(rest, NAMED_NOT_MOVED.get(name, {}), target)
+
+
+def _longer_first_prompt(recs: list[dict]) -> None:  # the first answered prompt 64 tokens longer (usage too)
+    r = _answered(recs)[0]
+    r["prompt_tokens_sent"] += 64
+    r["usage_prompt_tokens"] += 64
 
 
 def _start_later(path: Path) -> None:  # the observation starts 2 minutes later (the shortest launch is 48 s)
@@ -408,6 +449,7 @@ REFUSED = [
      "not rounds of every size once"),
     ("run.yaml's pool bytes alone", [(RUN / "run.yaml", lambda p: _sub_each(p, [("offload_gib: 0.03125", "offload_gib: 0.0625")]))],
      "the run.s sources disagree on its geometry"),
+    ("a prompt's tokens in client.jsonl alone", [(RUN / "client.jsonl", _client(_longer_first_prompt))], "the counters grew by"),
     ("an answer dropped from client.jsonl", [(RUN / "client.jsonl", _client(lambda recs: recs.pop()))], "the counters grew by"),
     ("the last scrape's prompt tokens", [(RUN / "metrics.prom", _counters({"vllm:prompt_tokens_total" + LABELS: 64}))],
      "the counters grew by"),
@@ -513,3 +555,31 @@ def test_the_first_scrape_counts_nothing_and_the_other_runs_have_no_time_limit(m
     for r in RUNS:
         if ROOT / r != RUN:
             assert yaml.safe_load((ROOT / r / "run.yaml").read_text()).get("max_duration_s") is None, r
+
+
+def test_the_fit_s_fixed_parts(before: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    """FIT and SERVICE_POINTS: the fit's bracket and step count, the sigma it copies, the size
+    without a pool (model and measured pool shares 0), the one predicted size, and the service
+    model's points (as many as its bins, for both runs of the fitted size)."""
+    from kvtier.counterfactual.sweepcheck import service_model
+
+    v = {k[len("curve.cf."):]: d["value"] for k, d in before.items() if k.startswith("curve.cf.")}
+    assert [v["fit.reusable_low"], v["fit.reusable_high"]] == CF["reusable_share"] and v["fit.reusable_tried"] == 5
+    assert v["model.think_sigma"] == CFG["counterfactual"]["think_time"]["sigma"]
+    assert not any(v[f"size.0.{k}"] for k in ("share_pool", "pool_share_of_misses", "error_points_share_pool",
+                                              "error_points_pool_share_of_misses"))
+    assert before["curve.sizes"]["value"] == 2 and v["fit_size"] == 1 and v["worst_size"] == 0
+    monkeypatch.chdir(REPO)
+    for run in SIZE:
+        assert len(service_model(sweep.read_run(run), CF["service_bins"], CFG["coldread"]["above_last"]).latency.tokens) \
+            == CF["service_bins"] == v["service.points"], run
+
+
+def test_the_size_s_runs_sent_one_stream(monkeypatch: pytest.MonkeyPatch) -> None:
+    """host_series.csv's stream targets: both runs of the fitted size sent the same requests
+    (the fixed stream's digest) and their streams' prefix is the same."""
+    monkeypatch.chdir(REPO)
+    runs = [sweep.read_run(r) for r in SIZE]
+    assert len({curve.digest_of(r) for r in runs}) == 1
+    assert len({curvecheck.shared_prefix_tokens(r) for r in runs}) == 1
+    assert len({tuple(r.requests.prompt_tokens_sent) for r in runs}) == 1 and len({tuple(r.requests.max_tokens) for r in runs}) == 1
