@@ -40,10 +40,10 @@ RUNS = ("r1-pool-0", "r1-pool-0.03125", "r2-pool-0", "r2-pool-0.03125")
 RUN = ROOT / "r1-pool-0.03125"  # the run perturbed: a pool, and the run the curve check fits to
 SIZE = (RUN, ROOT / "r2-pool-0.03125")  # both runs of its pool size
 
-# The fit to one size (curve.cf.*) reads the fitted size's records; what parts of it name the
-# file of the run and keep their value under its edits, for every file the fit read, and why.
-# Its parts (its size, targets, service model, prefix, the stream's reuse) name what each read and
-# are allowed per file below; its outcome names all it read: one computation.
+# The fit to one size (curve.cf.*) reads the fitted size's records. Its parts (its size, targets,
+# service model, prefix, the stream's reuse) name what each read and are allowed per file below;
+# these patterns are allowed for every file the fit read, with why: its fixed parts, the size
+# rows' per-row files, and its outcome, which names all the fit read (one computation).
 FIT: dict[re.Pattern[str], str] = {re.compile(p): why for p, why in {
     r"curve\.cf\.(fit\.reusable_(low|high|tried)|model\.think_sigma)": "settings the fit brackets its bisection with, or "
     "copies (reusable_share, its steps, think_time's sigma): the same whatever the records (test_the_fit_s_fixed_parts)",
@@ -71,8 +71,9 @@ SPREAD = ("the largest same-size spread of the measured pool shares (0: SAME); i
           "an undefined one, which no edit of this file makes")
 MONOTONE = ("the size with the pool has a median pool share of at least half the other run's (> 0), the one without 0 "
             "(test_the_median_pool_share_rises_whatever_this_run_measured): no value of this run's reaches the order")
-RESTART = "refused: the first scrape counts nothing yet (0), so an edit raises it: the counters' prompt tokens then disagree " \
-          "with the answered requests', a counter at the end lower than at the start is a restart"
+RESTART = "refused: the first scrape counts nothing yet (test_the_first_scrape_counts_nothing_and_the_other_runs_have_no_" \
+          "time_limit), so an edit raises it: the prompt tokens then disagree with the answered requests', and a counter " \
+          "lower at the end than at the start is a restart"
 SERVICE_POINTS = "as many as service_bins (test_the_fit_s_fixed_parts): every bin of computed tokens holds requests " \
                  "under these edits"
 BLOCK = "refused: the server's block size is stated by both scrapes, run.yaml's command and server.log (one geometry); " \
@@ -130,7 +131,7 @@ NAMED_NOT_MOVED: dict[str, dict[re.Pattern[str], str]] = {k: {re.compile(p): why
         ADMITTED: ADMISSION,
         r"curve\.worst_spread_points": SPREAD,
     },
-    "run.yaml": {  # the health wait and the time limit move
+    "run.yaml": {  # the health wait (both ways), the time limit and (the fit) the prompt limit move
         r"curve\.(size\.\d+\.pool_bytes|sizes_with_pool)|sweepcpu\.(run\.\d+\.pool_bytes|with_pool|without_pool)"
         r"|curve\.cf\.fit_size":
         "refused: the pool's bytes are cross-checked against the connector's arguments and the worker's line "
