@@ -198,9 +198,10 @@ def predict(runs: list[curve.CurveRun], fit_offload_gib: float, edges: tuple[flo
     """Fit at the size whose pool is `fit_offload_gib` (run.yaml server.offload_gib), replay at
     every size. Returns the workload, the fit's record and one row per size and share: the
     measured median over the kept runs, the model's share and the gap in points."""
-    groups = curve.sizes(runs)
-    want = int(round(float(fit_offload_gib) * curve.GIB))
-    at_size = [i for i, g in enumerate(groups) if g[0].result.run.tiered and g[0].result.run.pool_bytes == want]
+    with scope() as size_files:  # which size is fitted: every run's pool (the sizes) and run.yaml's (the bytes)
+        groups = curve.sizes(runs)
+        want = int(round(float(fit_offload_gib) * curve.GIB))
+        at_size = [i for i, g in enumerate(groups) if g[0].result.run.tiered and g[0].result.run.pool_bytes == want]
     if len(at_size) != 1:
         raise ValueError(f"the curve has no size with a pool of {fit_offload_gib} GiB to fit to (pools: "
                          + ", ".join(str(g[0].result.run.pool_bytes) for g in groups) + " bytes)")
@@ -212,12 +213,20 @@ def predict(runs: list[curve.CurveRun], fit_offload_gib: float, edges: tuple[flo
     def median(g: list[curve.CurveRun]) -> dict[str, float]:
         return {k: float(np.median([x.shares("measured")[k] for x in kept(g)])) for k in SHARES}
 
-    with scope() as fitted:  # the fit sees the fitted size's records alone
-        ref = kept(groups[fit_size])[0]
-        run = ref.result.run
-        service = service_model(run, service_bins, above_last)
-        targets = targets_of(run, median(groups[fit_size]), edges, service)
-        system = shared_prefix_tokens(run)
+    # The fit sees the fitted size's records alone (`fitted`: its outcome reads them all); the parts
+    # it starts from name what each read, beside the choice of the run fitted to (its size's flags).
+    with scope() as fitted:
+        with scope() as chosen:
+            ref = kept(groups[fit_size])[0]
+            run = ref.result.run
+        with scope() as service_files:
+            service = service_model(run, service_bins, above_last)
+        with scope() as measured_files:
+            measured = median(groups[fit_size])
+        with scope() as stream_files:
+            targets = targets_of(run, measured, edges, service)
+        with scope() as system_files:
+            system = shared_prefix_tokens(run)
         w, record = fit(targets, service, Server.of(run), system, think, reusable, seed)
         send, done = schedule(w, service, targets.max_running, _sessions(w))
     rows, row_files = [], {}
@@ -240,11 +249,15 @@ def predict(runs: list[curve.CurveRun], fit_offload_gib: float, edges: tuple[flo
                                             np.arange(n, dtype=float) + 0.5)["share_gpu"]
     record["unbounded_model"] = replay(w, unbounded, send, done)["share_gpu"]
     record["sessions_model"] = int(len(np.unique(_sessions(w))))
-    with scope() as stream_files:
+    with scope() as sessions_files:
         record["sessions_stream"] = int(run.requests.session.nunique())
     record.update(system_tokens=system, fit_run=run.path.as_posix(), fit_size=fit_size, service=service,
                   block_tokens=int(run.shape["block_tokens"]))  # type: ignore[arg-type]
-    files = {"unbounded_stream": unbounded_files, "sessions_stream": stream_files}
+    # the targets from the run's stream and run.yaml, but its measured shares from its size's counters
+    record["targets"] = TouchingDict(record["targets"], {k: chosen | measured_files for k in ("gpu_share", "pool_share")},
+                                     default=chosen | stream_files)
+    files = {"unbounded_stream": chosen | unbounded_files, "sessions_stream": chosen | sessions_files, "targets": chosen,
+             "system_tokens": chosen | system_files, "service": chosen | service_files, "fit_size": size_files}
     return w, TouchingDict(record, files, default=fitted), touching_rows(pd.DataFrame(rows), "size", row_files)
 
 
