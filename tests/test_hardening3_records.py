@@ -135,6 +135,24 @@ def _job_lost(d: Path) -> tuple[str, int]:
     return "server.log", [i for i, l in enumerate((d / "server.log").read_text().splitlines(), 1) if ": load job " in l][-1]
 
 
+def _store_half_chunk(d: Path) -> tuple[str, int]:  # half a chunk (12.5 server blocks) more stored, both counters
+    edit(d / "metrics.prom", r'^(vllm:kv_offload_store_bytes_total\{[^}]*\}) 7\.53664e\+08$', r"\1 755302400.0")
+    edit(d / "metrics.prom", r'^(vllm:kv_offload_total_bytes_total\{[^}]*GPU_to_CPU"\}) 7\.53664e\+08$', r"\1 755302400.0")
+    return "metrics.prom", line_of(d / "metrics.prom", "vllm:kv_offload_store_bytes_total{")
+
+
+def _chunks_of_4(d: Path) -> tuple[str, int]:
+    """The pool in chunks of 4 server blocks, its bytes kept, stated alike by every source (the
+    worker line, the connector's block size in the startup args and in run.yaml): the 5,750
+    server blocks stored are 1,437.5 such chunks."""
+    edit(d / "server.log", r"bytes_per_offloaded_block=3276800 bytes_per_device_block=131072 blocks_per_chunk=25 host_chunks=40",
+         "bytes_per_offloaded_block=524288 bytes_per_device_block=131072 blocks_per_chunk=4 host_chunks=256")
+    edit(d / "server.log", r"'block_size': 1600", "'block_size': 256")
+    edit(d / "run.yaml", r"offload_block_tokens: 1600", "offload_block_tokens: 256")
+    edit(d / "run.yaml", r'"block_size":1600', '"block_size":256')
+    return "metrics.prom", line_of(d / "metrics.prom", "vllm:kv_offload_store_bytes_total{")
+
+
 def _client_negative(d: Path) -> tuple[str, int]:
     edit(d / "client.jsonl", r'"sent_s": 0\.2373,', '"sent_s": -0.2373,')
     return "client.jsonl", 2
@@ -182,6 +200,10 @@ SWEEP_CASES: dict[str, tuple[Callable[[Path], tuple[str, int | None]], str]] = {
     "cache_config_info twice, other values": (_cache_config_twice, "vllm:cache_config_info appears again with other values "
                                                                    r"\(num_gpu_blocks"),
     "non-default args twice, other values": (_args_twice, "a second 'non-default args' line with other values"),
+    "store bytes not whole chunks": (_store_half_chunk, r"vllm:kv_offload_store_bytes_total is 755,302,400 bytes, 230\.50 "
+                                                        r"chunks of 3,276,800 bytes \(.*server\.log:\d+\): vLLM stores whole chunks"),
+    "pool chunking the stored bytes are not whole chunks of": (_chunks_of_4, r"is 753,664,000 bytes, 1,437\.50 chunks of 524,288 "
+                                                                              r"bytes \(.*server\.log:\d+\).*\(4 server blocks each\)"),
     "job line twice": (_job_twice, "store job 3 logged twice"),
     "job lines out of order": (_job_out_of_order, "load job 17 after job 18: job lines out of order"),
     "job bytes not its blocks'": (_job_size, "load job 17: 3276801 bytes for 25 blocks of 131072 bytes"),

@@ -6,7 +6,8 @@ offload worker's startup line (vLLM 0.32: bytes per offloaded and per server blo
 chunk, chunks), the connector config in the startup args and in run.yaml's command
 (cpu_bytes_to_use, block_size), run.yaml's own pool (offload_gib, offload_block_tokens) and what
 the harness recorded from the model's geometry (offload_block_bytes). `check_geometry` compares
-every source present with the others; the readers below derive the numbers the domains use.
+every source present with the others, and the store-bytes counters with the pool's chunk (whole
+chunks, `check_whole_chunks`); the readers below derive the numbers the domains use.
 """
 
 from __future__ import annotations
@@ -145,6 +146,50 @@ def check_geometry(run_yaml: Path, server: dict[str, Any], log: LogFacts, snaps:
                                                    f"{'' if line is None else ':' + str(line)} gives a pool of {value} bytes "
                                                    f"({value // w['bytes_per_offloaded_block']} chunks)", line=w["line"])
     _agree("pool block tokens", [(src, line, value) for q, src, line, value in claims if q == "pool block tokens"])
+    check_whole_chunks(log, snaps)
+
+
+def check_whole_chunks(log: LogFacts, snaps: list[Snapshot]) -> None:
+    """Every store-bytes counter (the flat one and the legacy GPU_to_CPU one) a whole number of
+    the pool's chunks: vLLM's offloading scheduler stores a full-attention model's KV chunk by
+    chunk, each chunk all its blocks_per_chunk server blocks (OffloadingConnectorScheduler.
+    _build_store_jobs), and the worker (vLLM's, kvtier's CPU one) counts the bytes of the blocks
+    it copied. A fraction of a chunk means the counter or the pool's chunking (the worker line,
+    kv_offload_config_info) is not the server's. Loads are not checked: a load that begins inside
+    a chunk (after a partial hit in the server's own cache) copies only the rest of it. (A
+    sliding-window or Mamba group, which skips blocks inside a chunk, would store parts of
+    chunks; every pinned run's store counters are whole chunks: tests/test_records_whole_chunks.py.)"""
+    w = log.worker
+    from_log = (int(w["bytes_per_offloaded_block"]), f"{log.path}:{w['line']}", w.get("blocks_per_chunk")) \
+        if w is not None and w.get("bytes_per_offloaded_block") else None
+    for snap in snaps:
+        chunk, where, per_chunk = from_log or _config_chunk(snap)  # vLLM 0.32: the worker line; 0.33+: the scrape's
+        if not chunk:
+            continue
+        found = snap.lines_of(V.STORE_BYTES) + [(s, line) for s, line in snap.lines_of(V.LEGACY_BYTES_TOTAL)
+                                                if s.labels.get("transfer_type") == "GPU_to_CPU"]
+        for s, line in found:
+            if s.value % chunk:
+                raise RawRecordError(snap.path, f"{s.name} is {s.value:,.0f} bytes, {s.value / chunk:,.2f} chunks of "
+                                                f"{chunk:,} bytes ({where}): vLLM stores whole chunks"
+                                                f"{'' if per_chunk is None else f' ({per_chunk} server blocks each)'}, "
+                                                "so the counter or the pool's chunking is not this server's", line=line)
+
+
+def _config_chunk(snap: Snapshot) -> tuple[int | None, str, Any]:
+    """(bytes of one chunk, where it is stated, blocks per chunk) from kv_offload_config_info;
+    (None, ...) without it (pool_geometry refuses a pool that is not whole chunks)."""
+    found = snap.lines_of(V.OFFLOAD_CONFIG_INFO)
+    if not found:
+        return None, "", None
+    info, line = found[0]
+    try:
+        size, chunks = int(info.labels["cpu_kv_cache_size_bytes"]), int(info.labels["cpu_num_chunks"])
+    except (KeyError, ValueError):
+        return None, "", None
+    if chunks <= 0 or size % chunks:
+        return None, "", None
+    return size // chunks, f"{snap.path}{'' if line is None else ':' + str(line)}", info.labels.get("cpu_blocks_per_chunk")
 
 
 def _gib_bytes(gib: Any, exact: list[int]) -> int:

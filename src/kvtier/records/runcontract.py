@@ -10,7 +10,8 @@ reader calls the checks here, so a fix is made in one place:
   snapshots then mean nothing;
 - one pool geometry: run.yaml's pool bytes, the connector config (run.yaml's command and the
   server's "non-default args" line), the offload worker's startup line and `cache_config_info`
-  must agree, and none of those lines may appear twice with different values (`check_geometry`);
+  must agree, and none of those lines may appear twice with different values; the store-bytes
+  counters come in whole chunks of that pool (`check_geometry`, `geometry.check_whole_chunks`);
 - worker job lines: each job once, in order, of a possible size, and together equal to the
   offload counters over the run (`job_lines`, `check_jobs`);
 - client log: times that can be (not negative, no first token after the answer, nothing after
