@@ -361,10 +361,12 @@ def _sub_each(path: Path, pairs: list[tuple[str, str]]) -> None:
     path.write_text(text)
 
 
-def _chunks_of(blocks: int) -> tuple[Edit, Edit]:
+def _chunks_of(blocks: int) -> tuple[Edit, Edit, Edit]:
     """The pool in chunks of `blocks` server blocks (64 tokens), its bytes kept (0.03125 GiB):
-    server.log's worker line and the connector's block size in its args; and run.yaml's statement
-    of the same block size, which records.geometry checks against them (read by no number)."""
+    server.log's worker line and the connector's block size in its args; run.yaml's statement
+    of the same block size, which records.geometry checks against them (read by no number); and
+    metrics.prom's store bytes (both counters and their size histograms' sums) rounded up to whole
+    chunks of the new size, as vLLM stores them (records.geometry.check_whole_chunks)."""
     per, tokens = blocks * 131072, blocks * 64
     old_line = "bytes_per_offloaded_block=3276800 bytes_per_device_block=131072 blocks_per_chunk=25 host_chunks=10"
     new_line = f"bytes_per_offloaded_block={per} bytes_per_device_block=131072 blocks_per_chunk={blocks} host_chunks={2**25 // per}"
@@ -375,7 +377,12 @@ def _chunks_of(blocks: int) -> tuple[Edit, Edit]:
     def meta(path: Path) -> None:
         _sub_each(path, [("offload_block_tokens: 1600", f"offload_block_tokens: {tokens}"),
                          ('"block_size":1600', f'"block_size":{tokens}')])
-    return log, meta
+
+    def stored(path: Path) -> None:  # 1,325 server blocks stored: 1,328 in chunks of 8
+        text = path.read_text()
+        assert text.count(" 1.736704e+08\n") == 4
+        path.write_text(text.replace(" 1.736704e+08\n", f" {float(-(-173670400 // per) * per)}\n"))
+    return log, meta, stored
 
 
 def _one_file(name: str, *edits: Edit) -> list[tuple[Path, Edit]]:
@@ -408,7 +415,7 @@ EDITS: dict[str, list[list[tuple[Path, Edit]]]] = {
                            [(ROOT / r / f, HUGE_CACHE) for r in RUNS for f in ("metrics_start.prom", "metrics.prom")]],
     "server.log": [_one_file("server.log", _smaller_budget),
                    # the pool's chunking, on both runs of the size (the curve's sizes are the runs' pools)
-                   [(run / f, e) for run in SIZE for f, e in zip(("server.log", "run.yaml"), CHUNKS)]],
+                   [(run / f, e) for run in SIZE for f, e in zip(("server.log", "run.yaml", "metrics.prom"), CHUNKS)]],
     "sent_blocks.npz": [_one_file("sent_blocks.npz", _other_last_blocks), _one_file("sent_blocks.npz", _shared_first_block)],
 }
 
@@ -446,7 +453,7 @@ def _start_later(path: Path) -> None:  # the observation starts 2 minutes later 
 REFUSED = [
     ("the worker's pool alone", [(RUN / "server.log", lambda p: _sub_each(p, [("host_chunks=10", "host_chunks=9")]))],
      "gives a pool of"),
-    ("one run's pool chunking alone", [(RUN / f, e) for f, e in zip(("server.log", "run.yaml"), CHUNKS)],
+    ("one run's pool chunking alone", [(RUN / f, e) for f, e in zip(("server.log", "run.yaml", "metrics.prom"), CHUNKS)],
      "not rounds of every size once"),
     ("run.yaml's pool bytes alone", [(RUN / "run.yaml", lambda p: _sub_each(p, [("offload_gib: 0.03125", "offload_gib: 0.0625")]))],
      "the run.s sources disagree on its geometry"),
