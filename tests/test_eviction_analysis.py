@@ -86,11 +86,19 @@ def test_restore_found_in_gpu_memory_is_not_evicted(replica_dir, tmp_path):
     run = root / "C" / replica.SPECS[2].run
     after = next((run / "metrics").glob("*restore1_after.prom"))
     text = after.read_text()
-    before_hits = [ln for ln in next((run / "metrics").glob("*restore1_before.prom")).read_text().splitlines()
-                   if 'source="local_cache_hit"' in ln and ln.startswith("vllm:prompt_tokens_by_source_total")][0]
-    value = float(before_hits.rsplit(" ", 1)[1]) + 204_000
-    text = "\n".join(ln if not (ln.startswith("vllm:prompt_tokens_by_source_total") and 'local_cache_hit' in ln)
-                     else f"{ln.rsplit(' ', 1)[0]} {value}" for ln in text.splitlines()) + "\n"
+    before = next((run / "metrics").glob("*restore1_before.prom")).read_text().splitlines()
+
+    def by_source(lines: list[str], source: str) -> float:
+        return float(next(ln for ln in lines if ln.startswith("vllm:prompt_tokens_by_source_total")
+                          and f'source="{source}"' in ln).rsplit(" ", 1)[1])
+    total = float(next(ln for ln in text.splitlines() if ln.startswith("vllm:prompt_tokens_total{")).rsplit(" ", 1)[1])
+    # the restore's prompt from the KV cache: no pool tokens, the rest computed (the sources add up
+    # to the prompt tokens, check_prompt_sources)
+    new = {"local_cache_hit": by_source(before, "local_cache_hit") + 204_000,
+           "external_kv_transfer": by_source(before, "external_kv_transfer")}
+    new["local_compute"] = total - new["local_cache_hit"] - new["external_kv_transfer"]
+    text = "\n".join(next((f"{ln.rsplit(' ', 1)[0]} {v}" for src, v in new.items() if f'source="{src}"' in ln), ln)
+                     if ln.startswith("vllm:prompt_tokens_by_source_total{") else ln for ln in text.splitlines()) + "\n"
     after.write_text(text)
     reqs, runs = analysis.load(sorted(root.glob("*/*")), RUN_SCHEMA, REQUEST_SCHEMA)
     assert not runs.set_index("setup").loc["C"].evicted

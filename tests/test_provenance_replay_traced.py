@@ -394,6 +394,21 @@ def _one_file(name: str, *edits: Edit) -> list[tuple[Path, Edit]]:
 # a number that moved is credited to each edited file it names.
 COMPUTED, GPU_HIT, POOL = (f'vllm:prompt_tokens_by_source_total{{engine="0",model_name="tiny",source="{s}"}}'
                             for s in ("local_compute", "local_cache_hit", "external_kv_transfer"))
+PROMPT = "vllm:prompt_tokens_total" + LABELS
+
+
+def _cached(d: int) -> Edit:
+    """client.jsonl's first answered request with room for it `d` tokens more cached (so `d` fewer
+    computed): the cached tokens the counters credit, and with the prompt tokens the computed ones
+    (the sources add up to vllm:prompt_tokens_total, check_prompt_sources), as the client states them."""
+    def change(recs: list[dict]) -> None:
+        r = next(r for r in _answered(recs)
+                 if r["cached_tokens"] + d >= 0 and r["prompt_tokens_sent"] - r["cached_tokens"] - d >= 64)
+        r["cached_tokens"] += d
+    change.__name__ = f"cached_{d:+d}"
+    return _client(change)
+
+
 HUGE_CACHE = sub('num_gpu_blocks="256"', 'num_gpu_blocks="1000000"')
 CHUNKS = _chunks_of(8)  # 32 chunks of 8 blocks: the pool holds 16,384 tokens, not 16,000
 EDITS: dict[str, list[list[tuple[Path, Edit]]]] = {
@@ -403,15 +418,24 @@ EDITS: dict[str, list[list[tuple[Path, Edit]]]] = {
     "run.yaml": [_one_file("run.yaml", _quick_health_and_limit), _one_file("run.yaml", _slow_health_and_half_limit)],
     "client.jsonl": [_one_file("client.jsonl", *e) for e in ((_faster_and_one_failed, _cached_moved), (_queued,),
                                                              (_session_later, _longer_answers))],
-    # 64 tokens credited to the pool instead of the KV cache, 64 more computed, two preemptions, one more
+    # 64 tokens credited to the pool instead of the KV cache, 64 more computed (64 fewer KV-cache hits, as
+    # client.jsonl's cached tokens say: the sources add up to the prompt tokens), two preemptions, one more
     # offloaded block stored (its bytes)
-    "metrics.prom": [_one_file("metrics.prom", _pool_for_gpu, _counters({COMPUTED: 64, "vllm:num_preemptions_total" + LABELS: 2,
-                                                                         "vllm:kv_offload_store_bytes_total" + LABELS: 3276800})),
-                     # 64 tokens from the pool to the KV cache, 64 fewer computed: the run's shares move the other way
-                     _one_file("metrics.prom", _counters({POOL: -64, GPU_HIT: 64, COMPUTED: -64}))],
-    # the first scrape's counters higher: over the run, 64 fewer computed tokens and one stored block fewer;
+    "metrics.prom": [_one_file("metrics.prom", _pool_for_gpu, _counters({COMPUTED: 64, GPU_HIT: -64,
+                                                                         "vllm:num_preemptions_total" + LABELS: 2,
+                                                                         "vllm:kv_offload_store_bytes_total" + LABELS: 3276800}))
+                     + [(RUN / "client.jsonl", _cached(-64))],
+                     # 64 tokens from the pool to the KV cache, 64 fewer computed (64 more KV-cache hits for them,
+                     # as client.jsonl's cached tokens say): the run's shares move the other way
+                     _one_file("metrics.prom", _counters({POOL: -64, GPU_HIT: 128, COMPUTED: -64}))
+                     + [(RUN / "client.jsonl", _cached(64))]],
+    # the first scrape's counters higher: over the run, 128 fewer computed tokens (the first scrape's prompt
+    # tokens 128 higher too, and the last's with 64 more KV-cache hits and 64 more from the pool: over the
+    # run the same prompt tokens, 128 more cached, as client.jsonl then says) and one stored block fewer;
     # a KV cache that never evicts (10^6 blocks), in both scrapes of every run (one server, one curve)
-    "metrics_start.prom": [_one_file("metrics_start.prom", _counters({COMPUTED: 64}), _stored_before),
+    "metrics_start.prom": [_one_file("metrics_start.prom", _counters({COMPUTED: 128, PROMPT: 128}), _stored_before)
+                           + [(RUN / "metrics.prom", _counters({PROMPT: 128, GPU_HIT: 64, POOL: 64})),
+                              (RUN / "client.jsonl", _cached(128))],
                            [(ROOT / r / f, HUGE_CACHE) for r in RUNS for f in ("metrics_start.prom", "metrics.prom")]],
     "server.log": [_one_file("server.log", _smaller_budget),
                    # the pool's chunking, on both runs of the size (the curve's sizes are the runs' pools)
@@ -459,13 +483,18 @@ REFUSED = [
      "the run.s sources disagree on its geometry"),
     ("a prompt's tokens in client.jsonl alone", [(RUN / "client.jsonl", _client(_longer_first_prompt))], "the counters grew by"),
     ("an answer dropped from client.jsonl", [(RUN / "client.jsonl", _client(lambda recs: recs.pop()))], "the counters grew by"),
-    ("the last scrape's prompt tokens", [(RUN / "metrics.prom", _counters({"vllm:prompt_tokens_total" + LABELS: 64}))],
+    # (the prompt tokens with the computed tokens: the sources add up to them, check_prompt_sources)
+    ("the last scrape's prompt tokens", [(RUN / "metrics.prom", _counters({PROMPT: 64, COMPUTED: 64}))],
      "the counters grew by"),
-    ("the first scrape's prompt tokens", [(RUN / "metrics_start.prom", _counters({"vllm:prompt_tokens_total" + LABELS: 64}))],
+    ("the first scrape's prompt tokens", [(RUN / "metrics_start.prom", _counters({PROMPT: 64, COMPUTED: 64}))],
      "the counters grew by"),
+    ("the last scrape's computed tokens alone", [(RUN / "metrics.prom", _counters({COMPUTED: 64}))],
+     r"sums to 233971 over its sources .* but vllm:prompt_tokens_total\{.*\} is 233907"),
     ("the first scrape's preemptions", [(RUN / "metrics_start.prom", _counters({"vllm:num_preemptions_total" + LABELS: 1}))],
      "lower than 1 at the start"),
-    ("the first scrape's KV-cache hits", [(RUN / "metrics_start.prom", _counters({GPU_HIT: 64}))], "the counters credit"),
+    # (with the prompt tokens they add up to, and the last scrape's 64 more computed: the same prompt tokens over the run)
+    ("the first scrape's KV-cache hits", [(RUN / "metrics_start.prom", _counters({GPU_HIT: 64, PROMPT: 64})),
+                                          (RUN / "metrics.prom", _counters({PROMPT: 64, COMPUTED: 64}))], "the counters credit"),
     ("the block size of every scrape", [(ROOT / r / f, sub('block_size="64"', 'block_size="32"')) for r in RUNS
                                         for f in ("metrics_start.prom", "metrics.prom")], "the run.s sources disagree"),
     ("an observation shorter than the answers", [(RUN / "host.yaml", _start_later)], "after the run's observation ended"),

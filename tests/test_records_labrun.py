@@ -118,8 +118,11 @@ def test_each_value_touches_the_file_it_comes_from(tmp_path: Path) -> None:
     (lambda d: _sub(d / "lmcache/metrics/2_second.prom", 'num_gpu_blocks="64"', 'num_gpu_blocks="65"'), "not one server"),
     (lambda d: _sub(d / "run.yaml", "tokens: 300", "tokens: 301"), r"requests\.csv: document prompts are not all 301"),
     (lambda d: _sub(d / "run.yaml", "count: 3", "count: 4"), "expected each of 4 documents once"),
-    (lambda d: _sub(d / "vllm/metrics/3_reverse.prom", "vllm:prompt_tokens_total{engine=\"0\",model_name=\"m\"} 2720.0",
-                    "vllm:prompt_tokens_total{engine=\"0\",model_name=\"m\"} 1.0"), r"3_reverse\.prom: a counter went down"),
+    # the prompt tokens down, with the computed tokens that add up to them (check_prompt_sources)
+    (lambda d: [_sub(d / "vllm/metrics/3_reverse.prom", f"vllm:{name}{{engine=\"0\",model_name=\"m\"{src}}} 2720.0",
+                     f"vllm:{name}{{engine=\"0\",model_name=\"m\"{src}}} 1.0")
+                for name, src in (("prompt_tokens_total", ""), ("prompt_tokens_by_source_total", ',source="local_compute"'))],
+     r"3_reverse\.prom: a counter went down"),
 ])
 def test_the_records_contract_runs_in_the_reader(tmp_path: Path, edit, error: str) -> None:
     _write(tmp_path)

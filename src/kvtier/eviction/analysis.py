@@ -21,6 +21,7 @@ from ..records.serverlog_facts import read_log_facts
 from ..records import geometry
 from ..records.evictionrun import MEASURED_PHASES, EvictionRun, read_run
 from ..records.prometheus import Snapshot
+from ..records.runcontract_counters import check_prompt_sources
 from ..records.touch import quiet
 from ..records.traced import Row, TracedFrame, plain
 from . import checks as ck
@@ -168,6 +169,9 @@ def measured_rows(run: EvictionRun) -> list[Row]:
                     if plain(rec)["status"] == "ok":
                         rows.append(_request_row(run, rec, cycle, phase, round_, per_block))
     snaps = list(run._snapshots.values())
+    with quiet():  # the run contract's: by source adding up to the prompt tokens, in every scrape read
+        for snap in snaps:
+            check_prompt_sources(snap)
     check_run_geometry(run, snaps[:1] + snaps[-1:])
     return rows
 

@@ -30,6 +30,7 @@ from . import vllm as V
 from .geometry import ServerCache, logged_kv_cache_tokens, server_cache, server_block_tokens
 from .labwriter import METRICS_AFTER, PASSES, REQUEST_COLUMNS, SNAPSHOTS, snapshot_path
 from .prometheus import Snapshot
+from .runcontract_counters import check_prompt_sources
 from .touch import quiet, touch
 
 __all__ = ["LabRun", "LabSetup", "PassMetrics", "read_lab_run", "read_requests", "read_run", "read_lmcache_log",
@@ -188,8 +189,11 @@ def _delta(before: Snapshot, after: Snapshot) -> dict[str, float]:
 
 
 def _check_series(paths: list[Path], snaps: list[Snapshot]) -> None:
-    """One server (the counters' _created stamps), its counters never lower than before."""
+    """One server (the counters' _created stamps), its counters never lower than before, and in
+    each snapshot the prompt tokens by source adding up to the prompt tokens (the run contract's)."""
     with quiet():
+        for snap in snaps:
+            check_prompt_sources(snap)
         if len({s.server_instance() for s in snaps}) != 1:
             raise RawRecordError(paths[0].parent, "snapshots come from different server processes (counters restarted)")
         for path, before, after in zip(paths[1:], snaps, snaps[1:]):

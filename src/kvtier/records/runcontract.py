@@ -4,7 +4,8 @@ A kvtier replay capture (production on the CPU build), a sweep run and a live la
 consist of a server log, /metrics snapshots, the run's record (run.yaml) and a client log; each
 reader calls the checks here, so a fix is made in one place:
 
-- counters: finite and never negative, in every snapshot (`check_counters`);
+- counters: finite and never negative, in every snapshot (`check_counters`); the prompt tokens by
+  source adding up to vllm:prompt_tokens_total per engine, exactly (`check_prompt_sources`);
 - one server run: no counter lower at the end than at the start, no `_created` stamp that
   moved (`check_no_restart`): a restart in the middle resets the counters, and differences of
   snapshots then mean nothing;
@@ -32,14 +33,15 @@ from pathlib import Path
 from .prometheus import Snapshot, read_prometheus
 from .clientlog import TIME_FIELDS, client_lines
 from .host import observation_seconds
-from .runcontract_counters import NEEDED, PER_REQUEST_SERIES, cache_config, check_counters, check_needed, check_no_restart, check_series
+from .runcontract_counters import (NEEDED, PER_REQUEST_SERIES, cache_config, check_counters, check_needed, check_no_restart,
+                                   check_prompt_sources, check_series)
 from .geometry import check_geometry
 from .runcontract_jobs import JOB_COUNTERS, check_jobs
 from .serverlog_facts import JOB, LogFacts, read_log_facts
 
 __all__ = ["JOB", "JOB_COUNTERS", "NEEDED", "PER_REQUEST_SERIES", "TIME_FIELDS", "LogFacts", "cache_config", "check_counters",
-           "check_geometry", "check_jobs", "check_needed", "check_no_restart", "check_run_folder", "check_series",
-           "client_lines", "observation_seconds", "read_log_facts"]
+           "check_geometry", "check_jobs", "check_needed", "check_no_restart", "check_prompt_sources", "check_run_folder",
+           "check_series", "client_lines", "observation_seconds", "read_log_facts"]
 
 
 def check_run_folder(run_dir: str | Path, end: Snapshot | None = None, start_name: str = "metrics_start.prom",
@@ -59,6 +61,7 @@ def check_run_folder(run_dir: str | Path, end: Snapshot | None = None, start_nam
         if s is not None:
             check_needed(s)
             check_counters(s)
+            check_prompt_sources(s)
     if start is not None:
         check_no_restart(start, end)
     log = read_log_facts(run_dir / "server.log") if (run_dir / "server.log").is_file() else LogFacts(run_dir / "server.log", None,

@@ -38,6 +38,33 @@ def check_counters(snap: Snapshot) -> None:
         raise RawRecordError(snap.path, f"{r['name']} is {r['value']}: counters are never negative", line=int(r["line"]))
 
 
+def check_prompt_sources(snap: Snapshot) -> None:
+    """Per engine, the prompt tokens by source add up to vllm:prompt_tokens_total, exactly: vLLM
+    increments both from one PromptTokenStats per step (v1/metrics/loggers.py record: total, and
+    computed = prompt - cached, local cache hit, external transfer), so a sum that differs is not
+    a scrape vLLM served (an edit). A scrape without the by-source series is left to check_needed."""
+    by: dict[tuple[tuple[str, str], ...], tuple[float, list[int | None]]] = {}
+    for s, line in snap.lines_of(V.PROMPT_BY_SOURCE):
+        key = tuple(sorted((k, v) for k, v in s.labels.items() if k != "source"))
+        total, lines = by.get(key, (0.0, []))
+        by[key] = (total + s.value, lines + [line])
+    totals = snap.lines_of(V.PROMPT_TOTAL)
+    if not by or not totals:
+        return
+    for s, line in totals:
+        key = tuple(sorted(s.labels.items()))
+        got, lines = by.pop(key, (0.0, []))
+        if got != s.value:
+            where = ", ".join(str(ln) for ln in lines) if lines else "none for these labels"
+            raise RawRecordError(snap.path, f"{_shown(V.PROMPT_BY_SOURCE, key)} sums to {got:.0f} over its sources (lines "
+                                            f"{where}), but {_shown(V.PROMPT_TOTAL, key)} is {s.value:.0f}: vLLM counts "
+                                            "both from the same prompt tokens (computed + local cache hit + external "
+                                            "transfer = prompt): not a scrape vLLM served", line=line)
+    for key, (got, lines) in by.items():
+        raise RawRecordError(snap.path, f"{_shown(V.PROMPT_BY_SOURCE, key)} sums to {got:.0f}, but the scrape has no "
+                                        f"{_shown(V.PROMPT_TOTAL, key)} for it to add up to", line=lines[0])
+
+
 NEEDED = (V.PROMPT_TOTAL, V.PROMPT_BY_SOURCE, V.CACHE_CONFIG_INFO)
 
 
@@ -81,7 +108,7 @@ PER_REQUEST_SERIES = (V.PROMPT_TOTAL, V.PROMPT_BY_SOURCE, V.GENERATION_TOTAL, V.
 
 
 def check_series(snap: Any, before: Any = None, names: tuple[str, ...] = PER_REQUEST_SERIES) -> None:
-    """check_needed, check_counters and check_no_restart on the series `names` only, for a lazy
+    """check_needed, check_counters, check_no_restart and check_prompt_sources on the series `names` only, for a lazy
     kvtier.serving.metrics.Snapshot (`before`: the scrape before, or None)."""
     for n in (V.PROMPT_BY_SOURCE, V.CACHE_CONFIG_INFO):
         if not snap.has(n):
@@ -107,3 +134,4 @@ def check_series(snap: Any, before: Any = None, names: tuple[str, ...] = PER_REQ
                 raise RawRecordError(snap.source, f"{shown} is {s.value:g}, lower than {old[0]:g} in the scrape before "
                                                   f"({before.source}:{old[1]}): the server restarted during the run "
                                                   "(its counters began again from zero)", line=line)
+    check_prompt_sources(snap)
