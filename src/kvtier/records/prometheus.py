@@ -311,7 +311,7 @@ def family_samples(text: str, families: Iterable[str]) -> Iterator[Sample]:
     wanted = set(families)
     for fam in text_string_to_metric_families(text):
         for s in fam.samples:
-            base = s.name[:-len("_total")] if s.name.endswith("_total") else s.name
+            base = V.counter_base(s.name)
             if (s.name in wanted or base in wanted or f"{base}_total" in wanted) and not s.name.endswith("_created"):
                 yield Sample(s.name, s.labels, float(s.value))
 

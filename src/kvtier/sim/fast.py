@@ -117,10 +117,7 @@ def replay_flat(flat: Flat, gpu_blocks: int, block_tokens: int, *, cpu_chunks: i
     """TieredCache(...).replay as arrays, by the compiled loop."""
     if policy not in POLICIES or flavor not in FLAVORS:
         raise ValueError(f"policy must be one of {POLICIES} and flavor one of {FLAVORS}")
-    if gpu_blocks < 0 or block_tokens < 1 or chunk_blocks < 1 or (cpu_chunks is not None and cpu_chunks < 0):
-        raise ValueError("sizes must be >= 0 (block_tokens, chunk_blocks >= 1)")
-    if step_tokens is not None and step_tokens < 1:
-        raise ValueError(f"step_tokens must be >= 1 or None, got {step_tokens}")
+    _check_sizes(gpu_blocks, block_tokens, chunk_blocks, cpu_chunks, step_tokens)
     _core = _compiled()
     R = len(flat)
     g, loaded, chunks, stored = (np.zeros(R, dtype=np.int64) for _ in range(4))
@@ -128,6 +125,15 @@ def replay_flat(flat: Flat, gpu_blocks: int, block_tokens: int, *, cpu_chunks: i
                  int(chunk_blocks), int(block_tokens), 0 if step_tokens is None else int(step_tokens),
                  policy == "store_on_evict", flavor == "vllm", bool(unhashed_first), g, loaded, chunks, stored)
     return _columns(flat, block_tokens, flavor, g, loaded, chunks, stored)
+
+
+def _check_sizes(gpu_blocks: int, block_tokens: int, chunk_blocks: int, cpu_chunks: int | None,
+                 step_tokens: int | None) -> None:
+    """The tiers' sizes both compiled loops accept (the C code trusts them)."""
+    if gpu_blocks < 0 or block_tokens < 1 or chunk_blocks < 1 or (cpu_chunks is not None and cpu_chunks < 0):
+        raise ValueError("sizes must be >= 0 (block_tokens, chunk_blocks >= 1)")
+    if step_tokens is not None and step_tokens < 1:
+        raise ValueError(f"step_tokens must be >= 1 or None, got {step_tokens}")
 
 
 def _compiled():
@@ -173,10 +179,7 @@ def replay_admitted_flat(flat: Flat, arrive: Sequence[float] | np.ndarray, finis
     free order, as ResidentCache."""
     if flavor not in FLAVORS:
         raise ValueError(f"flavor must be one of {FLAVORS}, got {flavor!r}")
-    if gpu_blocks < 0 or block_tokens < 1 or chunk_blocks < 1 or (cpu_chunks is not None and cpu_chunks < 0):
-        raise ValueError("sizes must be >= 0 (block_tokens, chunk_blocks >= 1)")
-    if step_tokens is not None and step_tokens < 1:
-        raise ValueError(f"step_tokens must be >= 1 or None, got {step_tokens}")
+    _check_sizes(gpu_blocks, block_tokens, chunk_blocks, cpu_chunks, step_tokens)
     R = len(flat)
     a, f = np.asarray(arrive, dtype=np.float64), np.asarray(finish, dtype=np.float64)
     if not (len(a) == len(f) == R):
