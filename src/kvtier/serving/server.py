@@ -32,6 +32,8 @@ import httpx
 
 from ..records import vllm as V
 from ..records.workerlog import worker_facts_from_log
+from . import fieldchecks
+from .vllmbin import missing_message
 
 GiB = 2**30
 TIERS = ("native", "lmcache", "none")
@@ -77,6 +79,7 @@ class ServerSpec:
     host: str = "127.0.0.1"
     port: int = 8000
     vllm_bin: str = "vllm"
+    vllm_source: str = "the launcher's vllm_bin"  # which step of serving.vllmbin's order chose vllm_bin
     max_model_len: int | None = None
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
@@ -115,6 +118,15 @@ class ServerSpec:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def connector(self) -> str | None:
+        """The kv_connector class the command asks vLLM for (None: no second tier)."""
+        if self.tier == "native":
+            return "OffloadingConnector"
+        if self.tier == "lmcache":
+            return LMCACHE_CPU_CONNECTOR["kv_connector"] if self.uses_lmcache_cpu else "LMCacheConnectorV1"
+        return None
 
     def command(self) -> list[str]:
         """The `vllm serve` argv: prefix caching and per-request cached-token counts always on."""
@@ -201,7 +213,8 @@ def preflight(spec: ServerSpec, shm: str = "/dev/shm") -> list[str]:
     """Checks that must pass before launching; returns what was checked, raises on the first failure."""
     done: list[str] = []
     if shutil.which(spec.vllm_bin) is None and not Path(spec.vllm_bin).is_file():
-        raise PreflightError(f"vLLM executable {spec.vllm_bin!r} not found (set --vllm-bin or KVTIER_VLLM_BIN)")
+        raise PreflightError(missing_message(spec.vllm_bin, spec.vllm_source))
+    done.append(f"vLLM executable {spec.vllm_bin} (from {spec.vllm_source})")
     with socket.socket() as s:
         if s.connect_ex((spec.host, spec.port)) == 0:
             raise PreflightError(f"port {spec.port} on {spec.host} is already in use: stop that server or attach to it with --url")
@@ -314,14 +327,24 @@ class VllmServer:
             time.sleep(1.0)
         raise ServerDied(f"vllm serve not healthy after {timeout_s:.0f} s; see {self.log_path}")
 
+    def degraded(self) -> list[fieldchecks.Finding]:
+        """The degraded modes its log shows so far (fieldchecks.DEGRADED, a connector never created)."""
+        if not self.log_path.exists():
+            return []
+        return fieldchecks.degraded_modes(self.log_path, self.spec.tier, self.spec.platform, self.spec.connector)
+
     def check_tier(self) -> None:
-        """A healthy LMCache server whose log says LMCache degraded is a failed start."""
-        if self.spec.tier != "lmcache":
-            return
-        text = self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""
-        fault = lmcache_start_fault(text, self.spec.uses_lmcache_cpu)
-        if fault:
-            raise DegradedStart(f"{fault}; see {self.log_path}")
+        """A healthy server whose log shows a degraded mode is a failed start: LMCache degraded or on
+        its torch fallback, an unpinned native pool on CUDA, a second tier whose connector never loaded
+        (and, on the CPU build, kvtier's LMCache connector that never said it was ready)."""
+        if self.spec.tier == "lmcache":
+            text = self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""
+            fault = lmcache_start_fault(text, self.spec.uses_lmcache_cpu)
+            if fault:
+                raise DegradedStart(f"{fault}; see {self.log_path}")
+        reason = fieldchecks.degraded_reason(self.degraded())
+        if reason:
+            raise DegradedStart(f"{reason}; see {self.log_path}")
 
     def stop(self, grace_s: float = 30.0) -> None:
         """SIGTERM the whole process group (API server, engine, workers), then SIGKILL stragglers."""
