@@ -49,7 +49,7 @@ from .runfolder import claim, pin_new, resolve_id
 from .serving.client import RequestFailed, ServingClient
 from .serving import fieldchecks, vllmbin
 from .serving.redact import redact_argv, redact_env, scrub_file, secret_values
-from .serving.server import PreflightError, ServerDied, ServerSpec, VllmServer, preflight
+from .serving.server import PreflightError, ServerDied, ServerSpec, VllmServer, preflight, preflight_lines
 from .yamlio import load_yaml
 
 
@@ -165,8 +165,8 @@ def build_parser(prog: str = "kvtier harness") -> argparse.ArgumentParser:
 
 
 def cmd_preflight(a: argparse.Namespace) -> int:
-    for line in preflight(_spec(a)):
-        print("ok:", line)
+    for line in preflight_lines(preflight(_spec(a))):
+        print(line)
     return 0
 
 
@@ -261,8 +261,8 @@ def cmd_run(a: argparse.Namespace) -> int:
         if not a.model:
             print("error: give --model to launch a server, or --url to attach to one", file=sys.stderr)
             return 2
-        for line in preflight(spec):
-            print("preflight ok:", line, file=sys.stderr)
+        for line in preflight_lines(preflight(spec)):
+            print(line, file=sys.stderr)
         server_meta = launched_server_meta(spec)
     static = {"description": a.description, "host": host_info(), "record_set": a.record_set,
               "model": {"path": a.model or "", "served_name": a.served_name, "params": model_params(a.model) if a.model else None},

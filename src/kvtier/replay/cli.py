@@ -48,7 +48,7 @@ from ..runfolder import claim
 from ..serving.client import RequestFailed, ServingClient
 from ..serving import redact
 from ..serving.redact import scrub_file, secret_values
-from ..serving.server import PreflightError, ServerDied, VllmServer, preflight
+from ..serving.server import PreflightError, ServerDied, VllmServer, preflight, preflight_lines
 from .client import replay, replay_fixed
 from . import sent
 from .monitor import HostSeries, MetricsSeries
@@ -177,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     started, done = None, False
     try:
         if not a.url:
-            for line in preflight(spec):
-                print("preflight ok:", line, file=sys.stderr)
+            for line in preflight_lines(preflight(spec)):
+                print(line, file=sys.stderr)
             server = VllmServer(spec, out / "server.log")
             started = _now()
             server.start()

@@ -1,8 +1,11 @@
 """Launch `vllm serve` with a second KV tier (native offload, LMCache) or none, and stop it cleanly.
 
-Preflight follows the note's recommendations: a RAM pool needs free RAM with headroom, the
-native pool is a file in /dev/shm, and pinned host memory needs a memlock limit that allows
-it. Each failing check stops before the server starts, with the numbers that failed it.
+Preflight follows the note's recommendations: a RAM pool needs free RAM with headroom, on the
+host and under the job's own memory limit (cgroup v1/v2, serving.hostmem), and the native pool
+is a file in /dev/shm. Each failing check stops before the server starts, with the numbers that
+failed it. A memlock limit below the pool is a warning, not a refusal: vLLM 0.32+ pins the pool
+with cudaHostRegister after allocating it and serves unpinned if that fails, and that log line
+fails the run (fieldchecks.DEGRADED).
 
 On vLLM's CPU build the native tier runs with kvtier's own offloading spec (package
 `kvtier_cpu_offload`, put on the server's PYTHONPATH): vLLM's stock worker needs CUDA, the rest
@@ -32,7 +35,7 @@ import httpx
 
 from ..records import vllm as V
 from ..records.workerlog import worker_facts_from_log
-from . import fieldchecks
+from . import fieldchecks, hostmem
 from .vllmbin import missing_message
 
 GiB = 2**30
@@ -59,6 +62,15 @@ LMCACHE_CPU_READY = "kvtier_lmcache_cpu: connector ready"
 
 class PreflightError(RuntimeError):
     """A server that would fail (or starve the host) is not started."""
+
+
+class PreflightWarning(str):
+    """A preflight line that does not stop the launch, but that the run's log may turn into a failure."""
+
+
+def preflight_lines(lines: list[str]) -> list[str]:
+    """The preflight's lines as the launchers print them: `preflight ok:` or `preflight WARNING:`."""
+    return [f"preflight {'WARNING' if isinstance(line, PreflightWarning) else 'ok'}: {line}" for line in lines]
 
 
 class ServerDied(RuntimeError):
@@ -231,6 +243,14 @@ def preflight(spec: ServerSpec, shm: str = "/dev/shm") -> list[str]:
             f"free RAM {avail / GiB:.1f} GiB is below pool {spec.offload_gib:g} GiB + headroom {spec.ram_headroom_gib:g} GiB; "
             "shrink the pool or stop what holds the memory (a previous server may still be exiting)")
     done.append(f"free RAM {avail / GiB:.1f} GiB >= pool + headroom {need / GiB:.1f} GiB")
+    job = hostmem.job_memory()
+    if job is not None:  # a batch job or container: its own limit, which the host's free RAM does not show
+        if job.available < need:
+            raise PreflightError(
+                f"the job's memory limit {job.limit / GiB:.1f} GiB ({job.file}) leaves {job.available / GiB:.1f} GiB, below "
+                f"pool {spec.offload_gib:g} GiB + headroom {spec.ram_headroom_gib:g} GiB: the job would be killed mid-run; "
+                "ask for more memory (slurm: mem_mb) or shrink the pool")
+        done.append(f"job memory limit {job.limit / GiB:.1f} GiB leaves {job.available / GiB:.1f} GiB >= pool + headroom")
     block = spec.server_block_tokens
     if spec.tier == "native" and block:
         if spec.offload_block_tokens % block:
@@ -249,8 +269,15 @@ def preflight(spec: ServerSpec, shm: str = "/dev/shm") -> list[str]:
         return done
     soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     if soft != resource.RLIM_INFINITY and soft < pool:
-        raise PreflightError(f"memlock limit {soft / GiB:.3f} GiB is below the pool ({spec.offload_gib:g} GiB) that must be pinned; "
-                             "raise it (ulimit -l unlimited, or LimitMEMLOCK=infinity in the service)")
+        # vLLM 0.32+ allocates the native pool unpinned (a /dev/shm region) and then registers it with
+        # cudaHostRegister (vllm/v1/kv_offload/cpu/gpu_worker.py pin_mmap_region); where that fails it
+        # warns and serves from pageable memory. So a low limit is not refused: the run fails instead if
+        # the server logs that the pool stayed pageable (fieldchecks.DEGRADED, kind pool_pageable).
+        done.append(PreflightWarning(
+            f"memlock limit {soft / GiB:.3f} GiB is below the {spec.offload_gib:g} GiB pool: if pinning the pool fails, vLLM "
+            "logs 'cudaHostRegister failed ... may be slower' or 'the offload region stays pageable' and serves unpinned, "
+            "and this run then fails with that reason; raise the limit (ulimit -l unlimited, LimitMEMLOCK=infinity) if it does"))
+        return done
     done.append("memlock limit allows the pool")
     return done
 
