@@ -47,7 +47,7 @@ from .eviction.runner import Harness, HarnessFailed, Plan
 from .hostload import LoadSampler
 from .runfolder import claim, pin_new, resolve_id
 from .serving.client import RequestFailed, ServingClient
-from .serving import fieldchecks, vllmbin
+from .serving import fieldchecks, modelgeom, vllmbin
 from .serving.redact import redact_argv, redact_env, scrub_file, secret_values
 from .serving.server import PreflightError, ServerDied, ServerSpec, VllmServer, preflight, preflight_lines
 from .yamlio import load_yaml
@@ -227,6 +227,9 @@ def launched_server_meta(spec: ServerSpec) -> dict[str, object]:
                                "command": redact_argv(spec.command()), "env": redact_env(spec.env), "platform": spec.platform}
     if spec.uses_cpu_spec:
         meta["host_pool"] = spec.host_pool
+    geom = modelgeom.geometry(spec.model, spec.platform, spec.extra_args)
+    if geom is not None:  # what the analysis needs to know of the model (records.geometry.check_whole_chunks)
+        meta["model_geometry"] = geom.record()
     return meta
 
 

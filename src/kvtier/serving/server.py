@@ -35,7 +35,7 @@ import httpx
 
 from ..records import vllm as V
 from ..records.workerlog import worker_facts_from_log
-from . import fieldchecks, hostmem
+from . import fieldchecks, hostmem, modelgeom
 from .vllmbin import missing_message
 
 GiB = 2**30
@@ -201,9 +201,20 @@ def lmcache_start_fault(log_text: str, cpu: bool) -> str | None:
     return None
 
 
-def offload_block_sizes(spec: ServerSpec) -> str:
+def model_geometry_line(geom: modelgeom.ModelGeometry) -> str:
+    """The preflight's line on the loaded model: layers, KV bytes per token, GPU block, whole chunks."""
+    kv = f"{geom.kv_bytes_per_token:,} KV bytes per token" if geom.kv_bytes_per_token else "KV bytes per token unknown"
+    layers = f"{geom.full_attention_layers} full-attention{' (MLA)' if geom.mla else ''}, " \
+             f"{geom.sliding_window_layers} sliding-window, {geom.linear_layers} Mamba/linear layers"
+    block = f"GPU block {geom.gpu_block_tokens} tokens" if geom.gpu_block_tokens else "GPU block not known before start"
+    chunks = ("vLLM stores the pool's chunks whole" if geom.stores_whole_chunks else
+              "vLLM stores parts of chunks for its sliding-window/Mamba layers (the analysis accepts them)")
+    return f"model: {layers}; {kv}; {block} ({geom.gpu_block_from}); {chunks}"
+
+
+def offload_block_sizes(spec: ServerSpec, block: int | None = None) -> str:
     """Which offloaded block sizes work with this server's KV block size, for an error message."""
-    block = spec.server_block_tokens
+    block = block or spec.server_block_tokens
     want = spec.offload_block_tokens
     near = sorted({max(block, want // block * block), -(-want // block) * block}) if block else []
     hint = " or ".join(f"{n:,}" for n in near)
@@ -251,11 +262,16 @@ def preflight(spec: ServerSpec, shm: str = "/dev/shm") -> list[str]:
                 f"pool {spec.offload_gib:g} GiB + headroom {spec.ram_headroom_gib:g} GiB: the job would be killed mid-run; "
                 "ask for more memory (slurm: mem_mb) or shrink the pool")
         done.append(f"job memory limit {job.limit / GiB:.1f} GiB leaves {job.available / GiB:.1f} GiB >= pool + headroom")
+    geom = modelgeom.geometry(spec.model, spec.platform, spec.extra_args)  # the model actually loaded, if on disk
     block = spec.server_block_tokens
+    if geom is not None:
+        block = geom.gpu_block_tokens or block
+        done.append(model_geometry_line(geom))
     if spec.tier == "native" and block:
         if spec.offload_block_tokens % block:
             raise PreflightError(f"offloaded block of {spec.offload_block_tokens:,} tokens is not a multiple of the server's "
-                                 f"KV block of {block} tokens (vLLM refuses it at start): {offload_block_sizes(spec)}")
+                                 f"KV block of {block} tokens{'' if geom is None else ' (' + geom.gpu_block_from + ')'} "
+                                 f"(vLLM refuses it at start): {offload_block_sizes(spec, block)}")
         done.append(f"offloaded block {spec.offload_block_tokens:,} tokens = {spec.offload_block_tokens // block} "
                     f"server blocks of {block}")
     if spec.pool_in_shm:
