@@ -47,7 +47,7 @@ from .eviction.runner import Harness, HarnessFailed, Plan
 from .hostload import LoadSampler
 from .runfolder import claim, pin_new, resolve_id
 from .serving.client import RequestFailed, ServingClient
-from .serving import fieldchecks, modelgeom, vllmbin
+from .serving import fieldchecks, modelgeom, thinking, vllmbin
 from .serving.redact import redact_argv, redact_env, scrub_file, secret_values
 from .serving.server import PreflightError, ServerDied, ServerSpec, VllmServer, preflight, preflight_lines
 from .yamlio import load_yaml
@@ -267,15 +267,18 @@ def cmd_run(a: argparse.Namespace) -> int:
         for line in preflight_lines(preflight(spec)):
             print(line, file=sys.stderr)
         server_meta = launched_server_meta(spec)
+    think = thinking.plan(a.model, a.max_tokens) if a.model else None  # a thinking model answers after </think>
     static = {"description": a.description, "host": host_info(), "record_set": a.record_set,
-              "model": {"path": a.model or "", "served_name": a.served_name, "params": model_params(a.model) if a.model else None},
+              "model": {"path": a.model or "", "served_name": a.served_name, "params": model_params(a.model) if a.model else None,
+                        **({"thinking": think} if think else {})},
               "server": server_meta, "versions": software}
     plan = Plan(target_tokens=a.target_tokens, seed=a.seed, evictors=a.evictors, margin=a.margin, rounds=a.rounds,
-                max_tokens=a.max_tokens, gpu_hit_tolerance=a.gpu_hit_tolerance, request_timeout_s=a.request_timeout,
+                max_tokens=think["max_tokens"] if think else a.max_tokens, gpu_hit_tolerance=a.gpu_hit_tolerance, request_timeout_s=a.request_timeout,
                 repeat=a.repeat, warmup_tokens=a.warmup_tokens, logprobs=a.logprobs, logprob_tolerance=a.logprob_tolerance,
                 evictor_tokens=a.evictor_tokens, stop_when_out=a.stop_when_out)
     client = ServingClient(a.url or spec.url, None if a.url else a.served_name, timeout_s=a.request_timeout, api_key=key,
                            deadline_s=a.request_deadline)
+    client.chat_template_kwargs = think["chat_template_kwargs"] if think else None
     harness = Harness(client, writer, a.setup, plan, static, progress=not a.no_progress)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     sampler = LoadSampler(writer.dir, a.load_interval).start()
