@@ -121,6 +121,8 @@ def test_every_launcher_uses_the_order(tmp_path, monkeypatch):
     a = build_parser().parse_args(["run", "--setup", "x", "--model", "/m", "--platform", "cuda"])
     spec = _spec(a)
     assert (spec.vllm_bin, spec.vllm_source) == (str(exe), "KVTIER_VLLM_BIN")
+    from kvtier.harness import launched_server_meta
+    assert launched_server_meta(spec)["vllm_bin_from"] == "KVTIER_VLLM_BIN"  # run.yaml says where it came from
     a = build_parser().parse_args(["run", "--setup", "x", "--model", "/m", "--platform", "cuda", "--vllm-bin", "/opt/v/vllm"])
     assert _spec(a).vllm_bin == "/opt/v/vllm"  # an explicit value beats the variable
     # the long-context runs: the config's value, else the order
