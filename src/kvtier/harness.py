@@ -24,6 +24,9 @@ Examples
       --server-arg=--block-size=64 --server-arg=--kv-cache-memory-bytes=67108864 --server-arg=--dtype=bfloat16
 
   kvtier harness preflight --tier native --offload-gib 100    # checks only
+  # which vLLM a run would launch and its command, nothing started: --vllm-bin, else KVTIER_VLLM_BIN,
+  # else the env kvtier runs in (the rule's conda env), else PATH (kvtier.serving.vllmbin)
+  KVTIER_VLLM_BIN=/opt/vllm/bin/vllm kvtier harness run --setup A --model /models/27b --dry-run
   kvtier harness show raw/eviction/A/<run>                    # validate and summarise records
 
 Records go to a new folder <out>/<setup>/<run-id>/ (run.yaml, requests.jsonl, metrics/*.prom,
