@@ -155,3 +155,11 @@ def test_the_readmes_dry_run_prints_the_environments_vllm(tmp_path):
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"vllm: {exe} (from KVTIER_VLLM_BIN)" in done.stdout
     assert not any(tmp_path.iterdir()) or {p.name for p in tmp_path.iterdir()} == {"opt"}  # nothing written
+
+
+def test_a_spec_built_from_the_path_alone_is_named_by_the_step_that_chose_it(tmp_path):
+    """The lab builds its ServerSpec from the resolved path only: the preflight still names the step."""
+    missing = str(tmp_path / "gone" / "vllm")
+    assert vllmbin.resolve(None, {"KVTIER_VLLM_BIN": missing}).path == missing
+    with pytest.raises(srv.PreflightError, match=r"chosen from KVTIER_VLLM_BIN"):
+        srv.preflight(srv.ServerSpec(model="/m", tier="none", vllm_bin=missing, port=1))

@@ -228,7 +228,7 @@ def launched_server_meta(spec: ServerSpec) -> dict[str, object]:
     meta: dict[str, object] = {"mode": "launched", "url": spec.url, "tier": spec.tier, "offload_gib": spec.offload_gib,
                                "offload_block_tokens": spec.offload_block_tokens if spec.tier == "native" else None,
                                "command": redact_argv(spec.command()), "env": redact_env(spec.env), "platform": spec.platform,
-                               "vllm_bin_from": spec.vllm_source}  # which step of serving.vllmbin's order chose it
+                               "vllm_bin_from": spec.vllm_source or vllmbin.source_of(spec.vllm_bin)}  # the order's step
     if spec.uses_cpu_spec:
         meta["host_pool"] = spec.host_pool
     geom = modelgeom.geometry(spec.model, spec.platform, spec.extra_args)

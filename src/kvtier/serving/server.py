@@ -36,7 +36,7 @@ import httpx
 from ..records import vllm as V
 from ..records.workerlog import worker_facts_from_log
 from . import fieldchecks, hostmem, modelgeom
-from .vllmbin import missing_message
+from .vllmbin import missing_message, source_of
 
 GiB = 2**30
 TIERS = ("native", "lmcache", "none")
@@ -91,7 +91,7 @@ class ServerSpec:
     host: str = "127.0.0.1"
     port: int = 8000
     vllm_bin: str = "vllm"
-    vllm_source: str = "the launcher's vllm_bin"  # which step of serving.vllmbin's order chose vllm_bin
+    vllm_source: str = ""  # which step of serving.vllmbin's order chose vllm_bin ("": as resolved in this process)
     max_model_len: int | None = None
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
@@ -236,8 +236,8 @@ def preflight(spec: ServerSpec, shm: str = "/dev/shm") -> list[str]:
     """Checks that must pass before launching; returns what was checked, raises on the first failure."""
     done: list[str] = []
     if shutil.which(spec.vllm_bin) is None and not Path(spec.vllm_bin).is_file():
-        raise PreflightError(missing_message(spec.vllm_bin, spec.vllm_source))
-    done.append(f"vLLM executable {spec.vllm_bin} (from {spec.vllm_source})")
+        raise PreflightError(missing_message(spec.vllm_bin, spec.vllm_source or source_of(spec.vllm_bin)))
+    done.append(f"vLLM executable {spec.vllm_bin} (from {spec.vllm_source or source_of(spec.vllm_bin)})")
     with socket.socket() as s:
         if s.connect_ex((spec.host, spec.port)) == 0:
             raise PreflightError(f"port {spec.port} on {spec.host} is already in use: stop that server or attach to it with --url")

@@ -52,10 +52,24 @@ def _env_bin(environ: Mapping[str, str], executable: str) -> VllmBin | None:
     return None
 
 
+_CHOSEN: dict[str, str] = {}  # path -> the step that chose it, for messages about a spec built from the path alone
+
+
+def source_of(path: str) -> str:
+    """Which step of the order chose `path` in this process (for the preflight's messages)."""
+    return _CHOSEN.get(path, "the launcher's --vllm-bin")
+
+
 def resolve(explicit: str | None = None, environ: Mapping[str, str] | None = None,
             executable: str | None = None) -> VllmBin:
     """The vLLM executable by the documented order (module docstring); `found` is False when no
     step found one, and `path` is then the bare name the preflight reports as missing."""
+    found = _resolve(explicit, environ, executable)
+    _CHOSEN[found.path] = found.source
+    return found
+
+
+def _resolve(explicit: str | None, environ: Mapping[str, str] | None, executable: str | None) -> VllmBin:
     environ = os.environ if environ is None else environ
     executable = sys.executable if executable is None else executable
     if explicit:
