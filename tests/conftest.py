@@ -47,8 +47,9 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 def host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict:
-    """A host for the launcher's preflight: 120 GiB free RAM, 200 GiB of /dev/shm, unlimited memlock
-    and a stand-in vllm executable; tests adjust the state (avail, shm, memlock) they check."""
+    """A host for the launcher's preflight: 120 GiB free RAM, 200 GiB of /dev/shm, unlimited memlock,
+    no job memory limit and a stand-in vllm executable; tests adjust the state (avail, shm, memlock,
+    job) they check."""
     import resource
     from collections import namedtuple
 
@@ -60,6 +61,8 @@ def host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> dict:
     usage = namedtuple("usage", "total used free")
     monkeypatch.setattr(srv.shutil, "disk_usage", lambda p: usage(state["shm"], 0, state["shm"]))
     monkeypatch.setattr(srv.resource, "getrlimit", lambda r: (state["memlock"], state["memlock"]))
+    state["job"] = None  # the job's cgroup memory limit (serving.hostmem.JobLimit); None: none applies
+    monkeypatch.setattr(srv.hostmem, "job_memory", lambda: state["job"])
     exe = tmp_path / "vllm"
     exe.write_text("#!/bin/sh\n")
     exe.chmod(0o755)

@@ -139,8 +139,9 @@ def test_preflight_names_the_block_sizes_that_work(host):
 def test_cpu_build_pins_nothing_so_memlock_is_not_checked(host):
     lines = srv.preflight(cpu_spec(vllm_bin=host["bin"], ram_headroom_gib=1, offload_block_tokens=1536))
     assert any("no memlock" in line for line in lines) and not any("/dev/shm" in line for line in lines)
-    with pytest.raises(srv.PreflightError, match="memlock limit"):  # CUDA pins the pool: 8 MiB is too little
-        srv.preflight(srv.ServerSpec(model="/m", tier="native", offload_gib=1, vllm_bin=host["bin"], port=1, ram_headroom_gib=1))
+    # CUDA pins the pool: 8 MiB is below it, a warning (vLLM serves unpinned if pinning fails, and the run then fails)
+    lines = srv.preflight(srv.ServerSpec(model="/m", tier="native", offload_gib=1, vllm_bin=host["bin"], port=1, ram_headroom_gib=1))
+    assert isinstance(lines[-1], srv.PreflightWarning) and "memlock limit" in lines[-1]
 
 
 def test_shm_pool_on_the_cpu_build_checks_dev_shm(host):

@@ -88,3 +88,30 @@ def test_the_chunk_of_kv_offload_config_info_is_used_without_a_worker_line(tmp_p
         check_whole_chunks(facts, [read_prometheus(prom)])
     assert e.value.path == str(prom)
     assert e.value.line == next(i for i, l in enumerate(prom.read_text().splitlines(), 1) if "6422528000.0" in l)
+
+
+def test_parts_of_chunks_are_accepted_where_vllm_stores_them(tmp_path: Path) -> None:
+    """Issue 33: for a model with sliding-window or Mamba layers the offloading scheduler stores only
+    the blocks those groups kept (vllm/distributed/kv_transfer/kv_connector/v1/offloading/scheduler.py,
+    _build_store_jobs: a block id of 0 is skipped), so its counters hold parts of chunks. run.yaml's
+    server.model_geometry (written by the launcher from config.json) says which; without it, or for a
+    full-attention model, half a chunk is still refused."""
+    from kvtier.records.geometry import check_geometry, stores_whole_chunks
+    from kvtier.yamlio import load_yaml
+
+    src = GPU_RUN / "metrics" / "000_cold_after.prom"
+    prom = tmp_path / src.name
+    old = 'vllm:kv_offload_store_bytes_total{engine="0",model_name="small-moe"} 6.3963136e+09\n'
+    prom.write_text(src.read_text().replace(old, old.replace("6.3963136e+09", "6422528000.0")))
+    server = dict(load_yaml((GPU_RUN / "run.yaml").read_text())["server"])
+    facts = read_log_facts(GPU_RUN / "server.log")
+    with quiet():
+        check_geometry(GPU_RUN / "run.yaml", server, facts, [read_prometheus(src)])  # the pinned run reads
+        with pytest.raises(RawRecordError, match="vLLM stores whole chunks"):
+            check_geometry(GPU_RUN / "run.yaml", server, facts, [read_prometheus(prom)])
+        hybrid = {**server, "model_geometry": {"sliding_window_layers": 0, "linear_layers": 48, "stores_whole_chunks": False}}
+        check_geometry(GPU_RUN / "run.yaml", hybrid, facts, [read_prometheus(prom)])
+        full = {**server, "model_geometry": {"sliding_window_layers": 0, "linear_layers": 0, "stores_whole_chunks": True}}
+        with pytest.raises(RawRecordError, match="vLLM stores whole chunks"):
+            check_geometry(GPU_RUN / "run.yaml", full, facts, [read_prometheus(prom)])
+    assert stores_whole_chunks({}) and not stores_whole_chunks(hybrid) and stores_whole_chunks(full)

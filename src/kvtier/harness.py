@@ -24,6 +24,9 @@ Examples
       --server-arg=--block-size=64 --server-arg=--kv-cache-memory-bytes=67108864 --server-arg=--dtype=bfloat16
 
   kvtier harness preflight --tier native --offload-gib 100    # checks only
+  # which vLLM a run would launch and its command, nothing started: --vllm-bin, else KVTIER_VLLM_BIN,
+  # else the env kvtier runs in (the rule's conda env), else PATH (kvtier.serving.vllmbin)
+  KVTIER_VLLM_BIN=/opt/vllm/bin/vllm kvtier harness run --setup A --model /models/27b --dry-run
   kvtier harness show raw/eviction/A/<run>                    # validate and summarise records
 
 Records go to a new folder <out>/<setup>/<run-id>/ (run.yaml, requests.jsonl, metrics/*.prom,
@@ -35,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import sys
 from pathlib import Path
@@ -46,16 +50,24 @@ from .eviction.runner import Harness, HarnessFailed, Plan
 from .hostload import LoadSampler
 from .runfolder import claim, pin_new, resolve_id
 from .serving.client import RequestFailed, ServingClient
-from .serving import fieldchecks
+from .serving import fieldchecks, modelgeom, thinking, vllmbin
 from .serving.redact import redact_argv, redact_env, scrub_file, secret_values
-from .serving.server import PreflightError, ServerDied, ServerSpec, VllmServer, preflight
+from .serving.server import PreflightError, ServerDied, ServerSpec, VllmServer, preflight, preflight_lines
 from .yamlio import load_yaml
 
-DEFAULT_VLLM = os.environ.get("KVTIER_VLLM_BIN", "vllm")
+
+
+def resolve_vllm(a: argparse.Namespace) -> vllmbin.VllmBin:
+    """--vllm-bin resolved by the documented order (serving.vllmbin), kept on the namespace."""
+    if getattr(a, "vllm_source", None) is None:  # once: later calls see the resolved path
+        found = vllmbin.resolve(a.vllm_bin)
+        a.vllm_bin, a.vllm_source = found.path, found.source
+    return vllmbin.VllmBin(a.vllm_bin, a.vllm_source)
 
 
 def _platform(a: argparse.Namespace, software: dict[str, str] | None = None) -> str:
     """--platform auto: what the vLLM binary's own Python reports (the CPU build says 'cpu')."""
+    resolve_vllm(a)
     if a.platform != "auto":
         return a.platform
     software = server_software(a.vllm_bin) if software is None else software
@@ -64,7 +76,8 @@ def _platform(a: argparse.Namespace, software: dict[str, str] | None = None) -> 
 
 def _spec(a: argparse.Namespace, platform: str | None = None) -> ServerSpec:
     return ServerSpec(model=a.model or "", served_name=a.served_name, tier=a.tier, offload_gib=a.offload_gib,
-                      offload_block_tokens=a.block_tokens, host=a.host, port=a.port, vllm_bin=a.vllm_bin,
+                      offload_block_tokens=a.block_tokens, host=a.host, port=a.port, vllm_bin=resolve_vllm(a).path,
+                      vllm_source=a.vllm_source,
                       max_model_len=a.max_model_len, extra_args=list(a.server_arg), ram_headroom_gib=a.ram_headroom_gib,
                       env=dict(kv.split("=", 1) for kv in a.server_env), platform=platform or _platform(a),
                       host_pool=a.host_pool, offload_extra=_offload_extra(getattr(a, "offload_extra", [])))
@@ -97,7 +110,7 @@ def _server_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--max-model-len", type=int)
     g.add_argument("--host", default="127.0.0.1")
     g.add_argument("--port", type=int, default=8000)
-    g.add_argument("--vllm-bin", default=DEFAULT_VLLM, help="vllm executable (env KVTIER_VLLM_BIN)")
+    g.add_argument("--vllm-bin", help=f"vllm executable; default, in order: {vllmbin.ORDER}")
     g.add_argument("--server-arg", action="append", default=[], help="extra `vllm serve` argument (repeatable; use --server-arg=--flag)")
     g.add_argument("--server-env", action="append", default=[], help="extra NAME=VALUE for the server environment")
     g.add_argument("--offload-extra", action="append", default=[],
@@ -141,6 +154,8 @@ def build_parser(prog: str = "kvtier harness") -> argparse.ArgumentParser:
     r.add_argument("--gpu-hit-tolerance", type=float, default=0.1, help="a restore with more GPU-cache hits than this share of the prompt is 'not evicted'")
     r.add_argument("--pin", action="store_true", help="add the records to raw/MANIFEST.tsv as measured")
     r.add_argument("--no-progress", action="store_true", help="no progress bar (logs, batch jobs)")
+    r.add_argument("--dry-run", action="store_true",
+                   help="print the vLLM executable (and which step of the order chose it) and the server command; run nothing")
     _server_args(r)
     r.set_defaults(func=cmd_run)
     f = sub.add_parser("preflight", help="only the checks made before launching a server")
@@ -153,8 +168,8 @@ def build_parser(prog: str = "kvtier harness") -> argparse.ArgumentParser:
 
 
 def cmd_preflight(a: argparse.Namespace) -> int:
-    for line in preflight(_spec(a)):
-        print("ok:", line)
+    for line in preflight_lines(preflight(_spec(a))):
+        print(line)
     return 0
 
 
@@ -212,17 +227,36 @@ def launched_server_meta(spec: ServerSpec) -> dict[str, object]:
     """What run.yaml records of a launched server, with every secret redacted."""
     meta: dict[str, object] = {"mode": "launched", "url": spec.url, "tier": spec.tier, "offload_gib": spec.offload_gib,
                                "offload_block_tokens": spec.offload_block_tokens if spec.tier == "native" else None,
-                               "command": redact_argv(spec.command()), "env": redact_env(spec.env), "platform": spec.platform}
+                               "command": redact_argv(spec.command()), "env": redact_env(spec.env), "platform": spec.platform,
+                               "vllm_bin_from": spec.vllm_source or vllmbin.source_of(spec.vllm_bin)}  # the order's step
     if spec.uses_cpu_spec:
         meta["host_pool"] = spec.host_pool
+    geom = modelgeom.geometry(spec.model, spec.platform, spec.extra_args)
+    if geom is not None:  # what the analysis needs to know of the model (records.geometry.check_whole_chunks)
+        meta["model_geometry"] = geom.record()
     return meta
 
 
+def dry_run(a: argparse.Namespace) -> int:
+    """--dry-run: the vLLM executable this run would launch, where it came from, and the command;
+    nothing is launched, checked or written."""
+    if a.url:
+        print(f"attach to {a.url}: no server is launched")
+        return 0
+    found = resolve_vllm(a)
+    spec = _spec(a, a.platform if a.platform != "auto" else None)
+    print(f"vllm: {found.describe()}")
+    print("command: " + shlex.join(redact_argv(spec.command())))
+    return 0
+
+
 def cmd_run(a: argparse.Namespace) -> int:
+    if a.dry_run:
+        return dry_run(a)
     run_id = resolve_id(a.run_id)
     claim(Path(a.out) / a.setup / run_id, resume=a.resume)  # before anything runs: a new folder, or an unpinned resume
     writer = RunWriter(Path(a.out) / a.setup / run_id)
-    software = versions(None if a.url else a.vllm_bin)
+    software = versions(None if a.url else resolve_vllm(a).path)
     spec = _spec(a, "cuda" if a.url and a.platform == "auto" else _platform(a, software))
     key = api_key(a)
     secrets = secret_values(spec.command(), {**spec.environment(), "API_KEY": key or ""})
@@ -234,18 +268,21 @@ def cmd_run(a: argparse.Namespace) -> int:
         if not a.model:
             print("error: give --model to launch a server, or --url to attach to one", file=sys.stderr)
             return 2
-        for line in preflight(spec):
-            print("preflight ok:", line, file=sys.stderr)
+        for line in preflight_lines(preflight(spec)):
+            print(line, file=sys.stderr)
         server_meta = launched_server_meta(spec)
+    think = thinking.plan(a.model, a.max_tokens) if a.model else None  # a thinking model answers after </think>
     static = {"description": a.description, "host": host_info(), "record_set": a.record_set,
-              "model": {"path": a.model or "", "served_name": a.served_name, "params": model_params(a.model) if a.model else None},
+              "model": {"path": a.model or "", "served_name": a.served_name, "params": model_params(a.model) if a.model else None,
+                        **({"thinking": think} if think else {})},
               "server": server_meta, "versions": software}
     plan = Plan(target_tokens=a.target_tokens, seed=a.seed, evictors=a.evictors, margin=a.margin, rounds=a.rounds,
-                max_tokens=a.max_tokens, gpu_hit_tolerance=a.gpu_hit_tolerance, request_timeout_s=a.request_timeout,
+                max_tokens=think["max_tokens"] if think else a.max_tokens, gpu_hit_tolerance=a.gpu_hit_tolerance, request_timeout_s=a.request_timeout,
                 repeat=a.repeat, warmup_tokens=a.warmup_tokens, logprobs=a.logprobs, logprob_tolerance=a.logprob_tolerance,
                 evictor_tokens=a.evictor_tokens, stop_when_out=a.stop_when_out)
     client = ServingClient(a.url or spec.url, None if a.url else a.served_name, timeout_s=a.request_timeout, api_key=key,
                            deadline_s=a.request_deadline)
+    client.chat_template_kwargs = think["chat_template_kwargs"] if think else None
     harness = Harness(client, writer, a.setup, plan, static, progress=not a.no_progress)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     sampler = LoadSampler(writer.dir, a.load_interval).start()

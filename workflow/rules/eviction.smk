@@ -60,7 +60,7 @@ rule eviction_tiny_model:
     output:
         model=directory("data/tiny-model"),
     params:
-        python=lambda wc: str(Path(evict_wf.vllm_bin(EVICT, EVICT["cpu_setup"])).with_name("python")),
+        python=lambda wc: evict_wf.vllm_python(EVICT, EVICT["cpu_setup"]),
     log:
         "logs/eviction_tiny_model.log",
     conda:

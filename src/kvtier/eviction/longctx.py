@@ -33,6 +33,7 @@ from typing import Any, Iterable
 from ..records.evictionrun import run_status
 from ..runfolder import pin_new, resolve_id
 from ..serving.server import PreflightError
+from ..serving import vllmbin
 from ..yamlio import load_yaml
 from .runner import derive_evictors, out_threshold
 
@@ -140,13 +141,18 @@ def model_dir(cfg: dict[str, Any], s: Sizing) -> str:
     return f"{cfg['model_prefix']}-{s.model_positions}"
 
 
+def vllm_bin(cfg: dict[str, Any]) -> str:
+    """The config's vllm_bin, else the documented order (serving.vllmbin: KVTIER_VLLM_BIN, the env, PATH)."""
+    return vllmbin.resolve(cfg.get("vllm_bin")).path
+
+
 def harness_argv(cfg: dict[str, Any], run: str, launch: Launch, python: str = sys.executable) -> list[str]:
     """kvtier-harness run for one launch (its folder <out>/<setup>/<run>-<label>)."""
     s = launch.sizing
     argv = [python, "-m", "kvtier.harness", "run", "--setup", cfg["setup"], "--out", cfg["out"], "--run-id", f"{run}-{launch.label}",
             "--record-set", run, "--model", model_dir(cfg, s), "--served-model-name", "tiny", "--tier", launch.tier,
             "--offload-gib", str(s.pool_gib if launch.tier != "none" else 0), "--block-tokens", "1600",
-            "--platform", "cpu", "--vllm-bin", cfg["vllm_bin"], "--port", str(cfg["port"]),
+            "--platform", "cpu", "--vllm-bin", vllm_bin(cfg), "--port", str(cfg["port"]),
             "--target-tokens", str(s.target_tokens), "--seed", str(cfg["seed"]), "--rounds", str(launch.rounds),
             "--repeat", str(launch.cycles), "--warmup-tokens", str(s.warmup_tokens), "--evictor-tokens", str(s.evictor_tokens),
             "--stop-when-out", "--max-tokens", str(cfg["max_tokens"]), "--max-model-len", str(s.max_model_len),
@@ -171,7 +177,7 @@ def ensure_model(cfg: dict[str, Any], s: Sizing) -> Path:
     """The tiny model with the positions this size needs, built once (same weights as the default)."""
     out = Path(model_dir(cfg, s))
     if not (out / "config.json").exists():
-        py = str(Path(cfg["vllm_bin"]).with_name("python"))
+        py = str(Path(vllm_bin(cfg)).with_name("python"))
         subprocess.run([py, "-m", "kvtier.tinymodel", str(out), "0", "--max-len", str(s.model_positions)], check=True,
                        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     return out

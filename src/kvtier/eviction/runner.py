@@ -393,6 +393,10 @@ class Harness:
 
     def _finish(self) -> None:
         self.phase = "finish"
+        if self.server is not None:  # a pool left pageable, LMCache's fallback, ...: a failed run, never a measurement
+            reason = fieldchecks.degraded_reason(self.server.degraded())
+            if reason:
+                raise HarnessFailed(reason)
         colds = {r.get("cycle", 1): r for r in self.writer_requests() if r["phase"] == "cold" and r["status"] == "ok"}
         short = [r for r in colds.values() if len(r["codes_found"]) < len(r["codes_expected"])]
         self.meta["excluded"] = bool(short)

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..manifest import read_manifest
 from ..runfolder import resolve_id
+from ..serving import vllmbin
 from ..snake import activated
 
 
@@ -92,8 +93,16 @@ def previous_tier(evict: dict[str, Any], setup: str, run: str, slot: str) -> lis
     return done_markers(evict, setup, run)[i - 1:i] if i > 0 else []
 
 
-def vllm_bin(evict: dict[str, Any], setup: str) -> str:
-    return str(evict["setups"][setup].get("vllm_bin") or evict["vllm_bin"])
+def vllm_bin(evict: dict[str, Any], setup: str) -> str | None:
+    """The setup's vllm_bin, else the eviction settings' one; None where neither is set: the harness
+    then finds vLLM by the documented order (serving.vllmbin: KVTIER_VLLM_BIN, the rule's env, PATH)."""
+    value = evict["setups"][setup].get("vllm_bin") or evict.get("vllm_bin")
+    return str(value) if value else None
+
+
+def vllm_python(evict: dict[str, Any], setup: str) -> str:
+    """The python beside the vLLM executable the setup's launches resolve (builds the tiny model)."""
+    return str(Path(vllmbin.resolve(vllm_bin(evict, setup)).path).with_name("python"))
 
 
 def harness_args(evict: dict[str, Any], setup: str, tier: str | None = None) -> str:
@@ -105,7 +114,9 @@ def harness_args(evict: dict[str, Any], setup: str, tier: str | None = None) -> 
             "--offload-gib", str(s.get("offload_gib", 0) if tier != "none" else 0), "--block-tokens", str(s.get("block_tokens", 1600)),
             "--target-tokens", str(s["target_tokens"]), "--margin", str(s.get("margin", 0.1)),
             "--rounds", str(s["rounds"]), "--repeat", str(s.get("repeat", 1)), "--seed", str(s["seed"]),
-            "--vllm-bin", vllm_bin(evict, setup), "--platform", s.get("platform", "auto"), "--description", desc]
+            "--platform", s.get("platform", "auto"), "--description", desc]
+    if vllm_bin(evict, setup):  # only an explicit value: else KVTIER_VLLM_BIN, the rule's env, PATH
+        args += ["--vllm-bin", str(vllm_bin(evict, setup))]
     for key, flag in (("evictors", "--evictors"), ("max_tokens", "--max-tokens"), ("ram_headroom_gib", "--ram-headroom-gib"),
                       ("port", "--port")):
         if s.get(key):

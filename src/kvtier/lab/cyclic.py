@@ -35,7 +35,6 @@ import fcntl
 import hashlib
 import os
 import random
-import shutil
 import sys
 import threading
 import time
@@ -54,6 +53,7 @@ from ..serving.redact import redact_argv
 from ..serving.server import preflight
 from ..records import labwriter as W
 from ..records.labwriter import PASSES
+from ..serving import vllmbin
 
 REQUEST_COLUMNS = [*W.REQUEST_COLUMNS, W.METRICS_AFTER]
 TIER_OF_SETUP = {"vllm": "none", "lmcache": "lmcache", "lmcache-small": "lmcache", "native": "native", "native-small": "native"}
@@ -270,7 +270,7 @@ def build_parser(prog: str = "kvtier lab") -> argparse.ArgumentParser:
     ap.add_argument("--docs", type=int, default=10)
     ap.add_argument("--doc-words", type=int, default=2500)
     ap.add_argument("--port", type=int, default=8031)
-    ap.add_argument("--vllm-bin", default=shutil.which("vllm") or "vllm")
+    ap.add_argument("--vllm-bin", help=f"vllm executable; default, in order: {vllmbin.ORDER}")
     ap.add_argument("--launches", type=int, help="launch each setup this many times, interleaved, each in a new folder under --out")
     ap.add_argument("--lock", help="hold an flock on this file for each launch (with --launches)")
     ap.add_argument("--pin", action="store_true", help="pin the written files in raw/MANIFEST.tsv as measured")
@@ -280,6 +280,7 @@ def build_parser(prog: str = "kvtier lab") -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
+    args.vllm_bin = vllmbin.resolve(args.vllm_bin).path  # --vllm-bin, else KVTIER_VLLM_BIN, the env, PATH
     setups = args.setups.split(",")
     unknown = [s for s in setups if s not in TIER_OF_SETUP]
     if unknown:

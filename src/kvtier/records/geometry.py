@@ -146,10 +146,21 @@ def check_geometry(run_yaml: Path, server: dict[str, Any], log: LogFacts, snaps:
                                                    f"{'' if line is None else ':' + str(line)} gives a pool of {value} bytes "
                                                    f"({value // w['bytes_per_offloaded_block']} chunks)", line=w["line"])
     _agree("pool block tokens", [(src, line, value) for q, src, line, value in claims if q == "pool block tokens"])
-    check_whole_chunks(log, snaps)
+    check_whole_chunks(log, snaps, stores_whole_chunks(server))
 
 
-def check_whole_chunks(log: LogFacts, snaps: list[Snapshot]) -> None:
+def stores_whole_chunks(server: dict[str, Any]) -> bool:
+    """Whether vLLM stores this run's pool chunk by chunk, whole: run.yaml's server.model_geometry
+    (serving.modelgeom, written by the launcher from the model's config.json) says False for a model
+    with sliding-window or Mamba/linear layers; a run without it (every pinned run: full attention)
+    is held to whole chunks."""
+    geom = server.get("model_geometry")
+    if not isinstance(geom, dict) or "stores_whole_chunks" not in geom:
+        return True
+    return geom["stores_whole_chunks"] is not False
+
+
+def check_whole_chunks(log: LogFacts, snaps: list[Snapshot], whole: bool = True) -> None:
     """Every store-bytes counter (the flat one and the legacy GPU_to_CPU one) a whole number of
     the pool's chunks: vLLM's offloading scheduler stores a full-attention model's KV chunk by
     chunk, each chunk all its blocks_per_chunk server blocks (OffloadingConnectorScheduler.
@@ -158,7 +169,11 @@ def check_whole_chunks(log: LogFacts, snaps: list[Snapshot]) -> None:
     kv_offload_config_info) is not the server's. Loads are not checked: a load that begins inside
     a chunk (after a partial hit in the server's own cache) copies only the rest of it. (A
     sliding-window or Mamba group, which skips blocks inside a chunk, would store parts of
-    chunks; every pinned run's store counters are whole chunks: tests/test_records_whole_chunks.py.)"""
+    chunks; every pinned run's store counters are whole chunks: tests/test_records_whole_chunks.py.)
+    So `whole` False (stores_whole_chunks: a sliding-window or hybrid model) accepts parts of chunks:
+    the scheduler leaves out the blocks those groups skipped (block id 0) from each chunk it stores."""
+    if not whole:
+        return
     w = log.worker
     from_log = (int(w["bytes_per_offloaded_block"]), f"{log.path}:{w['line']}", w.get("blocks_per_chunk")) \
         if w is not None and w.get("bytes_per_offloaded_block") else None

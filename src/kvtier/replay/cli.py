@@ -42,13 +42,13 @@ import yaml
 
 from ..eviction.host import host_info, load_average, versions
 from ..errors import ManifestError, RawRecordError
-from ..harness import Terminated, _on_sigterm, _platform, _server_args, _spec, api_key, launched_server_meta
+from ..harness import Terminated, _on_sigterm, _platform, _server_args, _spec, api_key, launched_server_meta, resolve_vllm
 from ..records.replaywrite import write_meta
 from ..runfolder import claim
 from ..serving.client import RequestFailed, ServingClient
 from ..serving import redact
 from ..serving.redact import scrub_file, secret_values
-from ..serving.server import PreflightError, ServerDied, VllmServer, preflight
+from ..serving.server import PreflightError, ServerDied, VllmServer, preflight, preflight_lines
 from .client import replay, replay_fixed
 from . import sent
 from .monitor import HostSeries, MetricsSeries
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     except ManifestError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    software = versions(None if a.url else a.vllm_bin)
+    software = versions(None if a.url else resolve_vllm(a).path)
     spec = _spec(a, "cuda" if a.url and a.platform == "auto" else _platform(a, software))
     key = api_key(a)
     server = None
@@ -177,8 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     started, done = None, False
     try:
         if not a.url:
-            for line in preflight(spec):
-                print("preflight ok:", line, file=sys.stderr)
+            for line in preflight_lines(preflight(spec)):
+                print(line, file=sys.stderr)
             server = VllmServer(spec, out / "server.log")
             started = _now()
             server.start()
@@ -201,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                             progress=not a.no_progress)
         if server is not None:  # let the server print the report that covers the last requests
             time.sleep(STATS_INTERVAL_S + 2 if a.report_wait is None else a.report_wait)
+            server.check_tier()  # a degraded mode logged during the replay: a failed run (ServerDied)
         meta["metrics_series"] = metrics_series.stop()
         metrics_series = None
         with ServingClient(url, name, timeout_s=a.request_timeout, api_key=key) as probe:

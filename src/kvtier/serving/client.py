@@ -59,6 +59,7 @@ class ServingClient:
         self.http = httpx.Client(base_url=self.base_url, timeout=self.timeout, transport=transport, headers=headers)
         self._model = model
         self._model_checked = False
+        self.chat_template_kwargs: dict[str, Any] | None = None  # e.g. enable_thinking=false (serving.thinking)
 
     def close(self) -> None:
         self.http.close()
@@ -116,6 +117,8 @@ class ServingClient:
         body: dict[str, Any] = {"model": self.model}
         if messages is not None:
             body.update(messages=messages, add_generation_prompt=True)
+            if self.chat_template_kwargs:  # the prompt as the chat requests will render it
+                body["chat_template_kwargs"] = self.chat_template_kwargs
         else:
             body["prompt"] = prompt
         return int(self._call("POST", "/tokenize", json=body).json()["count"])
@@ -123,6 +126,8 @@ class ServingClient:
     def stream_chat(self, messages: list[dict[str, str]], max_tokens: int, **extra: Any) -> StreamResult:
         body = {"model": self.model, "messages": messages, "max_tokens": max_tokens, "temperature": 0.0,
                 "stream": True, "stream_options": {"include_usage": True}, **extra}
+        if self.chat_template_kwargs:
+            body.setdefault("chat_template_kwargs", self.chat_template_kwargs)
         return self._stream("/v1/chat/completions", body, chat=True)
 
     def stream_completion(self, prompt: str, max_tokens: int, **extra: Any) -> StreamResult:

@@ -39,6 +39,78 @@ LOG_PATTERNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 
 
 @dataclass(frozen=True)
+class Degraded:
+    """A mode in which the server answers but does not measure what the run says: the log line
+    that shows it (as the named code writes it), for which tiers and platforms it counts."""
+
+    kind: str
+    pattern: re.Pattern[str]
+    why: str
+    source: str
+    tiers: tuple[str, ...]
+    platforms: tuple[str, ...] = ("cuda", "cpu")
+
+
+# Every log line that makes a launched server's run a failed run, with the code that writes it
+# (vLLM 0.32.0+cpu and LMCache 0.5.6 as installed in .venv-vllm; tests/test_degraded_modes.py
+# reads each message from that code). vLLM 0.32 pins the native pool's shared region with
+# cudaHostRegister after allocating it and only warns when that fails: the run would go on and
+# measure pageable copies as the native tier's restores.
+DEGRADED: tuple[Degraded, ...] = (
+    Degraded("pool_pageable", re.compile(r"cudaHostRegister failed \(code=-?\d+\).*may be slower"),
+             "the native pool is not pinned (cudaHostRegister failed): restores would be pageable copies",
+             "vllm/v1/kv_offload/cpu/host_register.py:55 (host_register)", ("native",), ("cuda",)),
+    Degraded("pool_pageable", re.compile(r"the offload region stays pageable"),
+             "the native pool is not pinned: restores would be pageable copies",
+             "vllm/v1/kv_offload/cpu/gpu_worker.py:222 (pin_mmap_region), host_register.py:26 (_load_cudart)",
+             ("native",), ("cuda",)),
+    Degraded("pool_pageable", re.compile(r"KV offload transfers will use unpinned host memory"),
+             "the platform has no host registration: the native pool is pageable",
+             "vllm/v1/kv_offload/cpu/host_register.py:71 (host_register)", ("native",), ("cuda",)),
+    Degraded("pool_pageable", re.compile(r"Using 'pin_memory=False'"),
+             "vLLM found pinned memory unavailable (WSL): the native pool is pageable",
+             "vllm/platforms/interface.py:1181 (is_pin_memory_available)", ("native",), ("cuda",)),
+    Degraded("lmcache_cuda_ops_fallback", re.compile(r"stays on the torch baseline"),
+             "LMCache's compiled CUDA ops did not load: it serves through its torch fallback, not its kernels",
+             "lmcache/v1/platform/devices/cuda/device_ops.py:128 (CudaDeviceOps.ensure_native)", ("lmcache",)),
+    Degraded("lmcache_degraded", re.compile(r"No supported \S+ connector found|Skipping post_init|"
+                                            r"Failed to initialize LMCacheManager|operate in degraded mode"),
+             "LMCache started degraded: it stores and loads nothing and serves as vLLM alone",
+             "lmcache/v1/gpu_connector/__init__.py:247, lmcache/v1/manager.py:107 and :189", ("lmcache",)),
+)
+CONNECTOR_LINE = "Creating v1 connector with name: "  # vllm/distributed/kv_transfer/kv_connector/factory.py:62
+
+
+def degraded_modes(path: str | Path, tier: str, platform: str, connector: str | None) -> list[Finding]:
+    """Every degraded mode a launched server's log shows, each with its file and line: the lines
+    of DEGRADED that count for this tier and platform, and a second tier whose connector never
+    logged its creation (`connector`: the kv_connector class the command names; the server then
+    ran without it)."""
+    path = Path(path)
+    modes = [d for d in DEGRADED if tier in d.tiers and platform in d.platforms]
+    found: list[Finding] = []
+    created = False
+    for no, line, _ in capped_lines(path, errors="replace"):
+        if connector and CONNECTOR_LINE + connector in line:
+            created = True
+        for d in modes:
+            if d.pattern.search(line):
+                found.append(Finding(d.kind, f"{d.why}: {line.strip()[:300]}", str(path), no))
+                break
+    if tier != "none" and connector and not created:
+        found.append(Finding("connector_not_loaded", f"the log never says {CONNECTOR_LINE + connector!r}: the {tier} tier's "
+                             "connector did not load, so the server ran without its second tier", str(path)))
+    return found
+
+
+def degraded_reason(found: list[Finding]) -> str | None:
+    """One failure reason for a run from its degraded modes (None: none)."""
+    if not found:
+        return None
+    return "degraded server: " + "; ".join(summarize(list(found)))
+
+
+@dataclass(frozen=True)
 class Finding:
     """One flagged condition of a run: what, why it matters, and where it shows."""
 

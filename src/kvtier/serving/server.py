@@ -1,8 +1,11 @@
 """Launch `vllm serve` with a second KV tier (native offload, LMCache) or none, and stop it cleanly.
 
-Preflight follows the note's recommendations: a RAM pool needs free RAM with headroom, the
-native pool is a file in /dev/shm, and pinned host memory needs a memlock limit that allows
-it. Each failing check stops before the server starts, with the numbers that failed it.
+Preflight follows the note's recommendations: a RAM pool needs free RAM with headroom, on the
+host and under the job's own memory limit (cgroup v1/v2, serving.hostmem), and the native pool
+is a file in /dev/shm. Each failing check stops before the server starts, with the numbers that
+failed it. A memlock limit below the pool is a warning, not a refusal: vLLM 0.32+ pins the pool
+with cudaHostRegister after allocating it and serves unpinned if that fails, and that log line
+fails the run (fieldchecks.DEGRADED).
 
 On vLLM's CPU build the native tier runs with kvtier's own offloading spec (package
 `kvtier_cpu_offload`, put on the server's PYTHONPATH): vLLM's stock worker needs CUDA, the rest
@@ -32,6 +35,8 @@ import httpx
 
 from ..records import vllm as V
 from ..records.workerlog import worker_facts_from_log
+from . import fieldchecks, hostmem, modelgeom
+from .vllmbin import missing_message, source_of
 
 GiB = 2**30
 TIERS = ("native", "lmcache", "none")
@@ -59,6 +64,15 @@ class PreflightError(RuntimeError):
     """A server that would fail (or starve the host) is not started."""
 
 
+class PreflightWarning(str):
+    """A preflight line that does not stop the launch, but that the run's log may turn into a failure."""
+
+
+def preflight_lines(lines: list[str]) -> list[str]:
+    """The preflight's lines as the launchers print them: `preflight ok:` or `preflight WARNING:`."""
+    return [f"preflight {'WARNING' if isinstance(line, PreflightWarning) else 'ok'}: {line}" for line in lines]
+
+
 class ServerDied(RuntimeError):
     """The launched server exited; the message points at its log."""
 
@@ -77,6 +91,7 @@ class ServerSpec:
     host: str = "127.0.0.1"
     port: int = 8000
     vllm_bin: str = "vllm"
+    vllm_source: str = ""  # which step of serving.vllmbin's order chose vllm_bin ("": as resolved in this process)
     max_model_len: int | None = None
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
@@ -115,6 +130,15 @@ class ServerSpec:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self.port}"
+
+    @property
+    def connector(self) -> str | None:
+        """The kv_connector class the command asks vLLM for (None: no second tier)."""
+        if self.tier == "native":
+            return "OffloadingConnector"
+        if self.tier == "lmcache":
+            return LMCACHE_CPU_CONNECTOR["kv_connector"] if self.uses_lmcache_cpu else "LMCacheConnectorV1"
+        return None
 
     def command(self) -> list[str]:
         """The `vllm serve` argv: prefix caching and per-request cached-token counts always on."""
@@ -177,9 +201,20 @@ def lmcache_start_fault(log_text: str, cpu: bool) -> str | None:
     return None
 
 
-def offload_block_sizes(spec: ServerSpec) -> str:
+def model_geometry_line(geom: modelgeom.ModelGeometry) -> str:
+    """The preflight's line on the loaded model: layers, KV bytes per token, GPU block, whole chunks."""
+    kv = f"{geom.kv_bytes_per_token:,} KV bytes per token" if geom.kv_bytes_per_token else "KV bytes per token unknown"
+    layers = f"{geom.full_attention_layers} full-attention{' (MLA)' if geom.mla else ''}, " \
+             f"{geom.sliding_window_layers} sliding-window, {geom.linear_layers} Mamba/linear layers"
+    block = f"GPU block {geom.gpu_block_tokens} tokens" if geom.gpu_block_tokens else "GPU block not known before start"
+    chunks = ("vLLM stores the pool's chunks whole" if geom.stores_whole_chunks else
+              "vLLM stores parts of chunks for its sliding-window/Mamba layers (the analysis accepts them)")
+    return f"model: {layers}; {kv}; {block} ({geom.gpu_block_from}); {chunks}"
+
+
+def offload_block_sizes(spec: ServerSpec, block: int | None = None) -> str:
     """Which offloaded block sizes work with this server's KV block size, for an error message."""
-    block = spec.server_block_tokens
+    block = block or spec.server_block_tokens
     want = spec.offload_block_tokens
     near = sorted({max(block, want // block * block), -(-want // block) * block}) if block else []
     hint = " or ".join(f"{n:,}" for n in near)
@@ -201,7 +236,8 @@ def preflight(spec: ServerSpec, shm: str = "/dev/shm") -> list[str]:
     """Checks that must pass before launching; returns what was checked, raises on the first failure."""
     done: list[str] = []
     if shutil.which(spec.vllm_bin) is None and not Path(spec.vllm_bin).is_file():
-        raise PreflightError(f"vLLM executable {spec.vllm_bin!r} not found (set --vllm-bin or KVTIER_VLLM_BIN)")
+        raise PreflightError(missing_message(spec.vllm_bin, spec.vllm_source or source_of(spec.vllm_bin)))
+    done.append(f"vLLM executable {spec.vllm_bin} (from {spec.vllm_source or source_of(spec.vllm_bin)})")
     with socket.socket() as s:
         if s.connect_ex((spec.host, spec.port)) == 0:
             raise PreflightError(f"port {spec.port} on {spec.host} is already in use: stop that server or attach to it with --url")
@@ -218,11 +254,24 @@ def preflight(spec: ServerSpec, shm: str = "/dev/shm") -> list[str]:
             f"free RAM {avail / GiB:.1f} GiB is below pool {spec.offload_gib:g} GiB + headroom {spec.ram_headroom_gib:g} GiB; "
             "shrink the pool or stop what holds the memory (a previous server may still be exiting)")
     done.append(f"free RAM {avail / GiB:.1f} GiB >= pool + headroom {need / GiB:.1f} GiB")
+    job = hostmem.job_memory()
+    if job is not None:  # a batch job or container: its own limit, which the host's free RAM does not show
+        if job.available < need:
+            raise PreflightError(
+                f"the job's memory limit {job.limit / GiB:.1f} GiB ({job.file}) leaves {job.available / GiB:.1f} GiB, below "
+                f"pool {spec.offload_gib:g} GiB + headroom {spec.ram_headroom_gib:g} GiB: the job would be killed mid-run; "
+                "ask for more memory (slurm: mem_mb) or shrink the pool")
+        done.append(f"job memory limit {job.limit / GiB:.1f} GiB leaves {job.available / GiB:.1f} GiB >= pool + headroom")
+    geom = modelgeom.geometry(spec.model, spec.platform, spec.extra_args)  # the model actually loaded, if on disk
     block = spec.server_block_tokens
+    if geom is not None:
+        block = geom.gpu_block_tokens or block
+        done.append(model_geometry_line(geom))
     if spec.tier == "native" and block:
         if spec.offload_block_tokens % block:
             raise PreflightError(f"offloaded block of {spec.offload_block_tokens:,} tokens is not a multiple of the server's "
-                                 f"KV block of {block} tokens (vLLM refuses it at start): {offload_block_sizes(spec)}")
+                                 f"KV block of {block} tokens{'' if geom is None else ' (' + geom.gpu_block_from + ')'} "
+                                 f"(vLLM refuses it at start): {offload_block_sizes(spec, block)}")
         done.append(f"offloaded block {spec.offload_block_tokens:,} tokens = {spec.offload_block_tokens // block} "
                     f"server blocks of {block}")
     if spec.pool_in_shm:
@@ -236,8 +285,15 @@ def preflight(spec: ServerSpec, shm: str = "/dev/shm") -> list[str]:
         return done
     soft, _ = resource.getrlimit(resource.RLIMIT_MEMLOCK)
     if soft != resource.RLIM_INFINITY and soft < pool:
-        raise PreflightError(f"memlock limit {soft / GiB:.3f} GiB is below the pool ({spec.offload_gib:g} GiB) that must be pinned; "
-                             "raise it (ulimit -l unlimited, or LimitMEMLOCK=infinity in the service)")
+        # vLLM 0.32+ allocates the native pool unpinned (a /dev/shm region) and then registers it with
+        # cudaHostRegister (vllm/v1/kv_offload/cpu/gpu_worker.py pin_mmap_region); where that fails it
+        # warns and serves from pageable memory. So a low limit is not refused: the run fails instead if
+        # the server logs that the pool stayed pageable (fieldchecks.DEGRADED, kind pool_pageable).
+        done.append(PreflightWarning(
+            f"memlock limit {soft / GiB:.3f} GiB is below the {spec.offload_gib:g} GiB pool: if pinning the pool fails, vLLM "
+            "logs 'cudaHostRegister failed ... may be slower' or 'the offload region stays pageable' and serves unpinned, "
+            "and this run then fails with that reason; raise the limit (ulimit -l unlimited, LimitMEMLOCK=infinity) if it does"))
+        return done
     done.append("memlock limit allows the pool")
     return done
 
@@ -314,14 +370,24 @@ class VllmServer:
             time.sleep(1.0)
         raise ServerDied(f"vllm serve not healthy after {timeout_s:.0f} s; see {self.log_path}")
 
+    def degraded(self) -> list[fieldchecks.Finding]:
+        """The degraded modes its log shows so far (fieldchecks.DEGRADED, a connector never created)."""
+        if not self.log_path.exists():
+            return []
+        return fieldchecks.degraded_modes(self.log_path, self.spec.tier, self.spec.platform, self.spec.connector)
+
     def check_tier(self) -> None:
-        """A healthy LMCache server whose log says LMCache degraded is a failed start."""
-        if self.spec.tier != "lmcache":
-            return
-        text = self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""
-        fault = lmcache_start_fault(text, self.spec.uses_lmcache_cpu)
-        if fault:
-            raise DegradedStart(f"{fault}; see {self.log_path}")
+        """A healthy server whose log shows a degraded mode is a failed start: LMCache degraded or on
+        its torch fallback, an unpinned native pool on CUDA, a second tier whose connector never loaded
+        (and, on the CPU build, kvtier's LMCache connector that never said it was ready)."""
+        if self.spec.tier == "lmcache":
+            text = self.log_path.read_text(encoding="utf-8", errors="replace") if self.log_path.exists() else ""
+            fault = lmcache_start_fault(text, self.spec.uses_lmcache_cpu)
+            if fault:
+                raise DegradedStart(f"{fault}; see {self.log_path}")
+        reason = fieldchecks.degraded_reason(self.degraded())
+        if reason:
+            raise DegradedStart(f"{reason}; see {self.log_path}")
 
     def stop(self, grace_s: float = 30.0) -> None:
         """SIGTERM the whole process group (API server, engine, workers), then SIGKILL stragglers."""
