@@ -3,7 +3,7 @@
 # H200 in mind), within 8 minutes, from nothing but this checkout (and a wheelhouse, see below).
 #   1. plan     check the options, name a NEW run folder (raw/device-check/<UTC time>-<random>)
 #   2. install  a venv .venv-device with the whole hashed GPU lock requirements/vllm-gpu.txt
-#               (vLLM 0.33.0, LMCache 0.5.6, torch 2.14.0 and its CUDA 13 wheels; CPython 3.12,
+#               (vLLM 0.32.0, LMCache 0.5.6, torch 2.13.0 and its CUDA 13 wheels; CPython 3.12,
 #               Linux x86_64, glibc >= 2.31); it sees the machine's own packages, so a torch
 #               already there at the locked version is used as it is
 #   3. model    the tiny random-weight Llama of kvtier.tinymodel in its "gpu" geometry
