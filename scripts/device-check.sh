@@ -13,7 +13,7 @@
 #   6. summary  summary.md and summary.json in the run folder; exit 0 only if every check passed
 # The machine needs no network only if it gets the packages another way: KVTIER_WHEELHOUSE=dir
 # installs offline from a folder of wheels (fill one where PyPI is reachable with
-# scripts/wheelhouse.sh dir; about 5 GB, mostly torch and the nvidia-* wheels). Without it, pip
+# scripts/wheelhouse.sh dir; about 4.1 GB, mostly torch, vLLM and the nvidia-* wheels). Without it, pip
 # reads PyPI, and fails within the time limit where there is no network. KVTIER_VLLM_BIN=path
 # (or --skip-install with .venv-device there) uses a GPU environment that exists instead.
 # KVTIER_PYTHON picks the interpreter the venv is made from (default python3; it must be 3.12).
