@@ -42,10 +42,11 @@ REPO = Path(__file__).resolve().parents[2]
 GPU_ENV = "envs/vllm-gpu.yaml"
 GPU_LOCK = "requirements/vllm-gpu.txt"
 PYTHON = "3.12"
-# pip download: the lock's platform (scripts/lock.sh: x86_64-manylinux_2_31) and every older
-# manylinux tag a wheel of it may carry
 TABLE_FORMAT = "symbols-v2"  # what a cached table holds; a new format reads the wheels again
-PLATFORMS = [f"manylinux_2_{m}_x86_64" for m in range(31, 16, -1)] + ["manylinux2014_x86_64", "linux_x86_64"]
+# pip download: the lock's platform (scripts/lock.sh: x86_64-manylinux_2_31) and every older
+# manylinux tag a wheel of it may carry (some nvidia-* wheels are manylinux1 or 2010)
+PLATFORMS = [f"manylinux_2_{m}_x86_64" for m in range(31, 4, -1)] + ["manylinux2014_x86_64", "manylinux2010_x86_64",
+                                                                 "manylinux1_x86_64", "linux_x86_64"]
 
 
 # ------------------------------------------------------------------ the lock
