@@ -384,7 +384,7 @@ def default_cache() -> Path:
 # ------------------------------------------------------------------ command line
 
 
-def build_parser(prog: str = "python -m kvtier.gpuenv") -> argparse.ArgumentParser:
+def build_parser(prog: str = "kvtier gpuenv") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("check", choices=["closure", "symbols"])
     p.add_argument("--lock", default=str(REPO / GPU_LOCK))
