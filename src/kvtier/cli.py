@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lab": ("kvtier.lab.cyclic", "the lab's cyclic-access experiment against live vLLM servers"),
     "tinymodel": ("kvtier.tinymodel", "build the tiny random-weight Llama the CPU-build experiments serve"),
     "envpins": ("kvtier.envpins", "pin conda environment files to the versions of a pip lock"),
+    "gpuenv": ("kvtier.gpuenv", "check the GPU lock where pip cannot: the GPU rules' imports, its extensions' torch symbols"),
 }
 # groups of subcommands: group -> (one line of help, {subcommand: (module, help)})
 GROUPS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {

@@ -277,6 +277,22 @@ def build_parser(prog: str = "kvtier lab") -> argparse.ArgumentParser:
     return ap
 
 
+def server_spec(args: argparse.Namespace, setup: str) -> ServerSpec:
+    """The server one setup of the lab launches, from the lab's parsed arguments (also what
+    tests/test_gpu_env.py hands to the locked vLLM's own parser)."""
+    pools = {"lmcache": args.lmcache_gib, "lmcache-small": args.lmcache_small_gib, "native": args.native_gib,
+             "native-small": args.native_small_gib}
+    extra = ["--kv-cache-memory-bytes", str(args.gpu_cache_tokens * args.kv_bytes_per_token)]
+    if args.block_size:
+        extra += ["--block-size", str(args.block_size)]
+    if args.platform == "cpu":
+        extra += ["--enforce-eager", "--dtype", "bfloat16"]
+    return ServerSpec(model=args.model, served_name=args.served_name, tier=TIER_OF_SETUP[setup],
+                      offload_gib=pools.get(setup, 0.0), offload_block_tokens=args.offload_block_tokens, port=args.port,
+                      vllm_bin=args.vllm_bin, max_model_len=args.max_model_len, platform=args.platform,
+                      ram_headroom_gib=1.0 if args.platform == "cpu" else 8.0, extra_args=extra)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
@@ -287,19 +303,9 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown setup(s) {unknown}: choose from {sorted(TIER_OF_SETUP)}")
     plan = CyclicPlan(docs=args.docs, doc_words=args.doc_words, setups=setups,
                       per_request_metrics=args.platform == "cpu" or any(s.startswith("native") for s in setups))
-    pools = {"lmcache": args.lmcache_gib, "lmcache-small": args.lmcache_small_gib, "native": args.native_gib,
-             "native-small": args.native_small_gib}
 
     def spec_for(setup: str) -> ServerSpec:
-        extra = ["--kv-cache-memory-bytes", str(args.gpu_cache_tokens * args.kv_bytes_per_token)]
-        if args.block_size:
-            extra += ["--block-size", str(args.block_size)]
-        if args.platform == "cpu":
-            extra += ["--enforce-eager", "--dtype", "bfloat16"]
-        return ServerSpec(model=args.model, served_name=args.served_name, tier=TIER_OF_SETUP[setup],
-                          offload_gib=pools.get(setup, 0.0), offload_block_tokens=args.offload_block_tokens, port=args.port,
-                          vllm_bin=args.vllm_bin, max_model_len=args.max_model_len, platform=args.platform,
-                          ram_headroom_gib=1.0 if args.platform == "cpu" else 8.0, extra_args=extra)
+        return server_spec(args, setup)
 
     try:
         if args.launches:
