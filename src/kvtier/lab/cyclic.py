@@ -289,7 +289,7 @@ def server_spec(args: argparse.Namespace, setup: str) -> ServerSpec:
         extra += ["--enforce-eager", "--dtype", "bfloat16"]
     return ServerSpec(model=args.model, served_name=args.served_name, tier=TIER_OF_SETUP[setup],
                       offload_gib=pools.get(setup, 0.0), offload_block_tokens=args.offload_block_tokens, port=args.port,
-                      vllm_bin=args.vllm_bin, max_model_len=args.max_model_len, platform=args.platform,
+                      vllm_bin=vllmbin.resolve(args.vllm_bin).path, max_model_len=args.max_model_len, platform=args.platform,
                       ram_headroom_gib=1.0 if args.platform == "cpu" else 8.0, extra_args=extra)
 
 
