@@ -21,7 +21,8 @@ from kvtier.device import bandwidth, plan, summary
 from kvtier.harness import build_parser as harness_parser
 
 REPO = Path(__file__).resolve().parent.parent
-SCRIPTS = ["scripts/device-check.sh", "scripts/wheelhouse.sh", "envs/vllm-gpu.post-deploy.sh"]
+SCRIPTS = ["scripts/device-check.sh", "scripts/wheelhouse.sh", "envs/vllm-gpu.post-deploy.sh", *sorted(
+    str(p.relative_to(REPO)) for p in (REPO / "scripts").glob("*.sh") if p.name not in ("device-check.sh", "wheelhouse.sh"))]
 TORCH_PY = VLLM_BIN.with_name("python")  # the CPU vLLM venv has torch (the test lock has not)
 
 
