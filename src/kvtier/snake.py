@@ -86,8 +86,9 @@ def check_raw_pins(manifest: str) -> list[str]:
     workflow itself runs this as `kvtier.pins.Pins` (the manifest read once, hashes by stat identity)."""
     from .pins import Pins, report_unpinned
 
-    unpinned = Pins(manifest).check()
-    report_unpinned(unpinned, manifest)
+    pins = Pins(manifest)
+    unpinned = pins.check()
+    report_unpinned(unpinned, manifest, pins.pinned_failed())
     return unpinned
 
 
@@ -120,6 +121,12 @@ def begin(snakemake: Any) -> logging.Logger:
         hashed = Pins(MANIFEST).verify(raw)  # a ManifestError reaches the console through the excepthook
         log.info("verified %d raw input(s) against %s (%d hashed, the others unchanged since they were)",
                  len(raw), MANIFEST, hashed)
+    # From here on the rule opens no raw file but these (kvtier.records.access): a file a reader
+    # finds by name in a pinned folder, unpinned or in a failed launch's folder, is refused by name.
+    from .records.access import guard
+
+    guard(raw, rule=snakemake.rule)
+    log.info("raw/ guarded: this rule opens only its %d pinned raw input(s)", len(raw))
     return log
 
 

@@ -23,7 +23,8 @@ import pandas as pd
 from ..errors import RawRecordError
 from ..records.evictionrun import read_run
 from ..records.touch import quiet
-from ..records.traced import SRC, Row, TracedFrame, read
+from ..records import identity
+from ..records.traced import SRC, Row, TracedFrame, plain, read
 from . import analysis
 from .cpuset import flag_load, spread
 
@@ -38,6 +39,8 @@ def size_key(tokens: int) -> str:
 def load(run_dirs: list[Path], run_schema: Path, request_schema: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Rows of every measured request and one row per launch, with the size each was built to."""
     read_runs = [read_run(d, run_schema, request_schema) for d in run_dirs]  # each read and validated once
+    with quiet():  # each launch once: its folder is what its run.yaml says, and no other folder is it too
+        identity.check_unique(identity.longctx(r.dir, plain(r.meta)) for r in read_runs)
     reqs, runs = analysis.tables(read_runs)
     if runs.empty:
         raise RawRecordError("raw/eviction/longctx", "no long-context runs among the pinned records")

@@ -26,7 +26,8 @@ import pandas as pd
 from ..errors import RawRecordError
 from ..numbers import traced_adder
 from ..records.replayrun import FieldTouching, HOST_SERIES, HOST_YAML, METRICS_SERIES, RUN_YAML, Load, read_load  # noqa: F401
-from ..records.touch import scope, touch
+from ..records import identity
+from ..records.touch import quiet, scope, touch
 from . import benchjson, sweep
 
 GIB = 2**30
@@ -60,12 +61,30 @@ class CurveRun(FieldTouching):
 
 def run_folders(manifest: str | Path, records: str | Path) -> list[str]:
     """The curve's run folders: each folder directly under `records` that holds pinned files
-    (a launch that failed, `<name>.failed`, is never pinned)."""
+    (a launch that failed, `<name>.failed`, is never read, whatever the manifest says: records.access)."""
     from ..eviction.workflow import pinned_records
 
     root = Path(records)
     return sorted({(root / Path(p).relative_to(root).parts[0]).as_posix()
                    for p in pinned_records(str(manifest), str(records)) if len(Path(p).relative_to(root).parts) > 1})
+
+
+def _identity(folder: Path) -> identity.Identity:
+    """A curve run's identity (records.identity): run.yaml's server and stream, host.yaml's start."""
+    from ..yamlio import load_yaml
+
+    meta_path, host_path = folder / RUN_YAML, folder / HOST_YAML
+    try:
+        meta = load_yaml(meta_path.read_text(encoding="utf-8")) or {}
+    except Exception as e:  # the run's reader names the problem; here only its identity is wanted
+        raise RawRecordError(meta_path, f"not readable YAML ({e})") from None
+    started = None
+    if host_path.is_file():
+        try:
+            started = str(((load_yaml(host_path.read_text(encoding="utf-8")) or {}).get("observation") or {}).get("start") or "") or None
+        except Exception as e:
+            raise RawRecordError(host_path, f"not readable YAML ({e})") from None
+    return identity.curve(folder, meta, started)
 
 
 def digest_of(run: sweep.SweepRun) -> str:
@@ -79,6 +98,9 @@ def digest_of(run: sweep.SweepRun) -> str:
 def analyse(run_dirs: Iterable[str | Path], load_threshold: float, steal_threshold: float) -> list[CurveRun]:
     """Every run, read and replayed; all must have sent the same stream to the same KV cache."""
     runs: list[CurveRun] = []
+    run_dirs = list(run_dirs)
+    with quiet():  # each launch once: its folder is what its records say, and no other folder is it too
+        identity.check_unique(_identity(Path(d)) for d in run_dirs)
     for d in run_dirs:
         run = sweep.read_run(d)
         load = run.load()
