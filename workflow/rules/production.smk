@@ -34,7 +34,12 @@ PRODUCTION_RAW = {
 # A capture's reader opens its run folder's other records by name (metrics_start.prom, server.log):
 # they are inputs too, so the rule's process may open them (kvtier.records.access) and a re-pin reruns it.
 PRODUCTION_CAPTURES = sorted(
-    {f for s in PROD_SETUPS if PROD_SETUPS[s].get("capture_run") for f in PINS.under(Path(PROD_SETUPS[s]["capture_run"]).parent)}
+    {
+        f
+        for s in PROD_SETUPS
+        if PROD_SETUPS[s].get("capture_run")
+        for f in PINS.under(Path(PROD_SETUPS[s]["capture_run"]).parent)
+    }
     - set(PRODUCTION_RAW.values())
 )
 
