@@ -246,6 +246,21 @@ def test_a_negative_load_in_an_eviction_run_yaml_is_refused_by_line(tmp_path: Pa
         read_run(a, *SCHEMAS)
 
 
+@pytest.mark.parametrize("old, new, expected", [
+    ("  - 0.48\n", "  - -0.48\n", r"host.yaml:10: host.load_average_start is -0.48, outside \[0, inf\]: a load average"),
+    ("    steal_share_mean: 0.0032\n", "    steal_share_mean: 1.5\n", r"host.yaml:\d+: host.series.steal_share_mean is 1.5, outside \[0, 1\]"),
+], ids=["negative load average", "steal share over 1"])
+def test_implausible_loads_in_host_yaml_are_refused_by_line(tmp_path: Path, old: str, new: str, expected: str) -> None:
+    from kvtier.records.host import read_host_record
+
+    src = REPO / ("raw/production/cpu/host.yaml" if "load_average" in expected else "raw/production/cpu-curve/r1-pool-0.125/host.yaml")
+    text = src.read_text()
+    assert old in text
+    (tmp_path / "host.yaml").write_text(text.replace(old, new, 1))
+    with pytest.raises(RawRecordError, match=expected):
+        read_host_record(tmp_path / "host.yaml")
+
+
 def test_a_negative_sample_in_host_load_tsv_is_refused_by_line(tmp_path: Path) -> None:
     from kvtier.hostload import read_series
 
@@ -381,3 +396,65 @@ def test_a_pinned_failed_folder_is_no_rules_input_and_is_never_opened(tmp_path: 
             open(root / failed)
     finally:
         access.release()
+
+
+# ---------------------------------------------------------------- the issue's cases, run as the user runs them
+
+def _pin(repo: Path, files: list[Path]) -> None:
+    """Manifest rows for files, as `kvtier manifest add` writes them (class measured)."""
+    from kvtier.manifest import sha256_of
+
+    rows = "".join(f"{p.relative_to(repo).as_posix()}\t{p.stat().st_size}\t{sha256_of(p)}\tmeasured\tcopied\n" for p in files)
+    with open(repo / "raw/MANIFEST.tsv", "a", encoding="utf-8") as f:
+        f.write(rows)
+
+
+def test_the_issues_cases_through_the_workflow(tmp_path: Path) -> None:
+    """`snakemake --cores 2` on a built copy, as the README runs it: (2) host_series.csv unpinned with
+    its loads tripled stops the curve's rule naming the file; (8) a pinned `….failed` launch is read
+    by no rule (the build goes on, the console says so); (1) a long-context launch copied under
+    another launch number and pinned stops its rule naming both folders. Before: exit 0 each time,
+    and for (1) and (2) printed numbers moved."""
+    import json
+
+    from conftest import copy_repo, snakemake
+
+    repo = copy_repo(tmp_path / "repo")
+    snakemake(repo)
+    manifest = repo / "raw/MANIFEST.tsv"
+    pinned = manifest.read_text()
+    runs = json.loads((repo / "results/numbers/curve.json").read_text())["numbers"]["curve.runs"]["value"]
+
+    # 2: unpinned and edited; the console used to say "no rule reads them" while the curve read it
+    series = "raw/production/cpu-curve/r1-pool-0.125/host_series.csv"
+    manifest.write_text("".join(ln for ln in pinned.splitlines(keepends=True) if not ln.startswith(series + "\t")))
+    text = (repo / series).read_text().splitlines()
+    (repo / series).write_text("\n".join([text[0]] + [",".join([f[0], *(str(3 * float(x)) for x in f[1:4]), *f[4:]])
+                                                     for f in (ln.split(",") for ln in text[1:])]) + "\n")
+    done = snakemake(repo, check=False)
+    assert done.returncode != 0
+    assert f"kvtier: rule curve_cpu failed: {series}: refused to open: not a pinned input of rule curve_cpu" in done.stderr, done.stderr[-3000:]
+    shutil.copy2(REPO / series, repo / series)
+    manifest.write_text(pinned)
+
+    # 8: a failed launch renamed and pinned is no run: the build completes and the curve's runs stay as they were
+    failed = repo / "raw/production/cpu-curve/r4-pool-0.125.failed"
+    shutil.copytree(repo / "raw/production/cpu-curve/r1-pool-0.125", failed)
+    _pin(repo, sorted(p for p in failed.rglob("*") if p.is_file()))
+    done = snakemake(repo, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "lie in failed launch folder(s) (`*.failed`), which no rule reads, whatever the manifest says" in done.stderr
+    assert json.loads((repo / "results/numbers/curve.json").read_text())["numbers"]["curve.runs"]["value"] == runs
+    shutil.rmtree(failed)
+    manifest.write_text(pinned)
+
+    # 1: a long-context launch copied under another launch number and pinned
+    src = repo / "raw/eviction/longctx" / LAUNCH
+    copied = src.with_name(LAUNCH.replace("-32k-2-", "-32k-4-"))
+    shutil.copytree(src, copied)
+    _pin(repo, sorted(p for p in copied.rglob("*") if p.is_file()))
+    done = snakemake(repo, check=False)
+    assert done.returncode != 0
+    rel = copied.relative_to(repo).as_posix()
+    assert (f"kvtier: rule longctx_numbers failed: {rel}/run.yaml:4: states run '{LAUNCH}', but its folder {rel} "
+            f"is named for '{copied.name}'") in done.stderr, done.stderr[-3000:]

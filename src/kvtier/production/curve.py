@@ -71,20 +71,22 @@ def run_folders(manifest: str | Path, records: str | Path) -> list[str]:
 
 def _identity(folder: Path) -> identity.Identity:
     """A curve run's identity (records.identity): run.yaml's server and stream, host.yaml's start."""
+    import yaml
+
     from ..yamlio import load_yaml
 
-    meta_path, host_path = folder / RUN_YAML, folder / HOST_YAML
-    try:
-        meta = load_yaml(meta_path.read_text(encoding="utf-8")) or {}
-    except Exception as e:  # the run's reader names the problem; here only its identity is wanted
-        raise RawRecordError(meta_path, f"not readable YAML ({e})") from None
-    started = None
-    if host_path.is_file():
+    def read(path: Path) -> dict[str, Any]:
         try:
-            started = str(((load_yaml(host_path.read_text(encoding="utf-8")) or {}).get("observation") or {}).get("start") or "") or None
-        except Exception as e:
-            raise RawRecordError(host_path, f"not readable YAML ({e})") from None
-    return identity.curve(folder, meta, started)
+            data = load_yaml(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise RawRecordError(path, "missing: every run folder needs it") from None
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+            raise RawRecordError(path, f"not readable YAML ({e})") from None
+        return data if isinstance(data, dict) else {}
+
+    host = read(folder / HOST_YAML) if (folder / HOST_YAML).is_file() else {}
+    start = (host.get("observation") or {}).get("start")
+    return identity.curve(folder, read(folder / RUN_YAML), str(start) if start else None)
 
 
 def digest_of(run: sweep.SweepRun) -> str:

@@ -101,6 +101,7 @@ def read_requests(path: str | Path) -> pd.DataFrame:
         (out["e2e_ms"] < out["ttft_ms"], "end-to-end time shorter than TTFT"),
         (out["cached_tokens"] > out["prompt_tokens"], "more cached tokens than prompt tokens"),
         (out["cached_tokens"] < 0, "negative cached tokens"),
+        (out["prompt_tokens"] < 1, "a request of no prompt tokens"),
     ]
     for mask, why in checks:
         if mask.any():
