@@ -387,6 +387,8 @@ def test_a_pinned_failed_folder_is_no_rules_input_and_is_never_opened(tmp_path: 
     assert all(".failed" not in p for p in pins.under(rel)) and pins.pinned_failed()
     assert run_folders(root / "raw/MANIFEST.tsv", rel) == [f"{rel}/r1-pool-0.125"]
     assert not [p for p in pinned_records(str(root / "raw/MANIFEST.tsv"), rel) if ".failed" in p]
+    with pytest.raises(ValueError, match=f"{rel}/r2-pool-0.125.failed is a failed launch's folder"):
+        pins.pinned_under(f"{rel}/r2-pool-0.125.failed")  # a configured run (sweep.runs, the lab's)
     failed = f"{rel}/r2-pool-0.125.failed/run.yaml"
     try:
         access.guard([failed], root=root, rule="curve_cpu")  # even listed as an input

@@ -95,7 +95,11 @@ class Pins:
         return sorted({prefix + p[len(prefix):].split("/", 1)[0] for p in self.under(records) if "/" in p[len(prefix):]})
 
     def pinned_under(self, folder: str) -> list[str]:
-        """As `under`, refused when nothing is pinned there (a configured run that was never pinned)."""
+        """As `under`, refused when nothing is pinned there (a configured run that was never pinned)
+        or when the folder is a failed launch's (`<name>.failed`: never read)."""
+        if in_failed_folder(Path(folder) / "x"):
+            raise ValueError(f"{folder} is a failed launch's folder (`*.failed`): never read as a run, whatever {self.manifest} "
+                             "says; configure a run that completed")
         files = self.under(folder)
         if not files:
             raise ValueError(f"no file under {folder} is pinned in {self.manifest}")
