@@ -460,3 +460,14 @@ def test_the_issues_cases_through_the_workflow(tmp_path: Path) -> None:
     rel = copied.relative_to(repo).as_posix()
     assert (f"kvtier: rule longctx_numbers failed: {rel}/run.yaml:4: states run '{LAUNCH}', but its folder {rel} "
             f"is named for '{copied.name}'") in done.stderr, done.stderr[-3000:]
+
+
+def test_a_launch_that_ends_before_it_starts_is_refused(tmp_path: Path) -> None:
+    from kvtier.eviction import longctx_analysis as lx
+
+    a = copy(LONGCTX / LAUNCH, tmp_path / LAUNCH)
+    meta = a / "run.yaml"
+    meta.write_text(meta.read_text().replace("  end: '2026-12-02T02:22:46.944+00:00'", "  end: '2026-12-02T02:20:46.944+00:00'"))
+    with pytest.raises(RawRecordError, match=r"run.yaml: the launch lasts -61.821 s \(host_load.end, or finished, before its start\): "
+                                             "times are never negative"):
+        lx.load([a], *SCHEMAS)

@@ -46,6 +46,10 @@ def load(run_dirs: list[Path], run_schema: Path, request_schema: Path) -> tuple[
         raise RawRecordError("raw/eviction/longctx", "no long-context runs among the pinned records")
     meta = {r.dir.as_posix(): r.meta for r in read_runs}
     cells = [read(_wall_s, meta[d]) for d in runs.run_dir]
+    for d, (v, _) in zip(runs.run_dir, cells):
+        if v is not None and not v >= 0:  # a launch that ends before it starts: a clock or an edit, not a time
+            raise RawRecordError(Path(d) / "run.yaml", f"the launch lasts {v} s (host_load.end, or finished, before its start): "
+                                                       "times are never negative")
     runs["wall_s"] = [v for v, _ in cells]
     runs[SRC + "wall_s"] = pd.Series([f for _, f in cells], index=runs.index, dtype=object)
     reqs = TracedFrame(reqs.merge(runs[["run", "target_tokens"]], on="run", how="left"))
