@@ -471,3 +471,18 @@ def test_a_launch_that_ends_before_it_starts_is_refused(tmp_path: Path) -> None:
     with pytest.raises(RawRecordError, match=r"run.yaml: the launch lasts -61.821 s \(host_load.end, or finished, before its start\): "
                                              "times are never negative"):
         lx.load([a], *SCHEMAS)
+
+
+def test_a_pinned_file_a_rule_does_not_list_is_refused_with_the_fix(tmp_path: Path) -> None:
+    """Pinned but not among the rule's inputs: a change to it would not rerun the rule, so the rule may not read it."""
+    from kvtier.records import access
+
+    (tmp_path / "raw/x").mkdir(parents=True)
+    (tmp_path / "raw/x/b.txt").write_text("")
+    try:
+        access.guard([], root=tmp_path, rule="demo", pinned=["raw/x/b.txt"])
+        with pytest.raises(RawRecordError, match="raw/x/b.txt: refused to open: pinned, but not an input of rule demo: a rule "
+                                                 "reads only the records its .smk file lists"):
+            open(tmp_path / "raw/x/b.txt")
+    finally:
+        access.release()

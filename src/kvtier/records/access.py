@@ -29,7 +29,7 @@ from ..errors import RawRecordError
 FAILED_SUFFIX = ".failed"
 RAW = "raw"
 
-_state: dict[str, Any] = {"allowed": None, "raw": None, "rule": None, "installed": False}
+_state: dict[str, Any] = {"allowed": None, "pinned": frozenset(), "raw": None, "rule": None, "installed": False}
 
 
 def in_failed_folder(path: str | os.PathLike[str]) -> bool:
@@ -45,9 +45,13 @@ def failed_folder(path: str | os.PathLike[str]) -> str:
     return "/".join(parts[:k + 1])
 
 
-def refusal(rel: str, rule: str | None) -> RawRecordError:
-    """The error for a raw file the rule may not open, naming it and why."""
+def refusal(rel: str, rule: str | None, pinned: bool = False) -> RawRecordError:
+    """The error for a raw file the rule may not open, naming it and why (`pinned`: the manifest
+    pins it, but the rule does not list it among its inputs)."""
     who = f"rule {rule}" if rule else "this process"
+    if pinned and not in_failed_folder(rel):
+        return RawRecordError(rel, f"refused to open: pinned, but not an input of {who}: a rule reads only the records its "
+                                   ".smk file lists (so that a change to them reruns it); add it to the rule's inputs")
     if in_failed_folder(rel):
         why = (f"it lies in {failed_folder(rel)}, a launch that failed: a failed launch is never read as a run, "
                "whatever raw/MANIFEST.tsv says (do not pin it; rerun the launch into a new folder)")
@@ -74,14 +78,16 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         return
     if rel in _state["allowed"] and not in_failed_folder(rel):
         return
-    raise refusal(rel, _state["rule"])
+    raise refusal(rel, _state["rule"], rel in _state["pinned"])
 
 
 def guard(allowed: Iterable[str], root: str | os.PathLike[str] = ".", rule: str | None = None,
-          extra: Iterable[str] = ("raw/MANIFEST.tsv",)) -> None:
+          extra: Iterable[str] = ("raw/MANIFEST.tsv",), pinned: Iterable[str] = ()) -> None:
     """From now on this process opens no file under <root>/raw/ but `allowed` (paths relative to
-    root, as the manifest spells them) and `extra` (the manifest itself)."""
+    root, as the manifest spells them) and `extra` (the manifest itself); `pinned`: every file the
+    manifest pins, only to say why one of them is refused."""
     _state["allowed"] = frozenset(Path(p).as_posix() for p in (*allowed, *extra))
+    _state["pinned"] = frozenset(pinned)
     _state["raw"] = os.path.abspath(os.path.join(os.fspath(root), RAW))
     _state["rule"] = rule
     if not _state["installed"]:
