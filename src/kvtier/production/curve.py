@@ -101,10 +101,10 @@ def analyse(run_dirs: Iterable[str | Path], load_threshold: float, steal_thresho
     """Every run, read and replayed; all must have sent the same stream to the same KV cache."""
     runs: list[CurveRun] = []
     run_dirs = list(run_dirs)
+    read = [sweep.read_run(d) for d in run_dirs]  # each by the run contract first: what breaks a folder itself is named so
     with quiet():  # each launch once: its folder is what its records say, and no other folder is it too
         identity.check_unique(_identity(Path(d)) for d in run_dirs)
-    for d in run_dirs:
-        run = sweep.read_run(d)
+    for run in read:
         load = run.load()
         flagged = load.load1_mean > load_threshold or load.steal_mean > steal_threshold
         runs.append(CurveRun(sweep.replayed(run), digest_of(run), load, flagged, benchjson.result(run)))

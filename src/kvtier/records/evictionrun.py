@@ -261,8 +261,7 @@ def read_run(run_dir: str | Path, run_schema: Path = RUN_SCHEMA, request_schema:
 
 def _plausible_request(path: Path, lineno: int, line: str, rec: Mapping[str, Any]) -> None:
     """A request's answer within its prompt (the server's usage: cached tokens at most the prompt
-    tokens, counts >= 0) and its times in order (first byte <= total), or an error naming the line.
-    The schema bounds each time and count alone (>= 0)."""
+    tokens, counts >= 0), or an error naming the line. The schema bounds each time alone (>= 0)."""
     usage = rec.get("usage") or {}
     prompt = usage.get("prompt_tokens")
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
@@ -272,11 +271,6 @@ def _plausible_request(path: Path, lineno: int, line: str, rec: Mapping[str, Any
             raise RawRecordError(path, f"{key} is {v!r}: a token count is a number >= 0", line=lineno, record=line)
     if isinstance(prompt, (int, float)) and isinstance(cached, (int, float)) and cached > prompt:
         raise RawRecordError(path, f"{cached:,} cached tokens, more than the prompt's {prompt:,}", line=lineno, record=line)
-    total = rec.get("total_s")
-    for key in ("ttft_s", "first_chunk_s", "first_byte_s"):
-        v = rec.get(key)
-        if isinstance(v, (int, float)) and isinstance(total, (int, float)) and v > total:
-            raise RawRecordError(path, f"{key} {v} s after the whole request's total_s {total} s", line=lineno, record=line)
 
 
 def find_runs(paths: list[str]) -> list[Path]:
