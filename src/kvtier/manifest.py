@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
-from .errors import ManifestError
+from .errors import ManifestError, csv_rows
 
 COLUMNS = ["path", "bytes", "sha256", "class", "description"]
 CLASSES = {"measured", "published", "replica"}
@@ -94,11 +94,11 @@ def read_manifest(manifest: str | Path) -> dict[str, Entry]:
     manifest = Path(manifest)
     entries: dict[str, Entry] = {}
     with open(manifest, newline="", encoding="utf-8") as f:
-        rows = csv.reader(f, delimiter="\t")
-        header = next(rows, None)
+        rows = csv_rows(f, manifest, ManifestError, delimiter="\t")  # a csv.Error names its line
+        _, header = next(rows, (1, None))
         if header != COLUMNS:
             raise ManifestError(f"{manifest}:1: header must be {COLUMNS}, found {header}")
-        for lineno, row in enumerate(rows, start=2):
+        for lineno, row in rows:
             if not row or row[0].startswith("#"):
                 continue
             if len(row) != len(COLUMNS):
@@ -111,6 +111,9 @@ def read_manifest(manifest: str | Path) -> dict[str, Entry]:
                 raise ManifestError(f"{manifest}:{lineno}: class {klass!r} is not one of {sorted(CLASSES)}")
             if path in entries:
                 raise ManifestError(f"{manifest}:{lineno}: {path} is listed twice")
+            if not (size.isascii() and size.isdigit()):
+                raise ManifestError(f"{manifest}:{lineno}: byte count {size!r} of {path} is not a whole number written in digits "
+                                    "alone (no thousands separator, sign or unit)")
             entries[path] = Entry(path, int(size), digest, klass, desc)
     return entries
 

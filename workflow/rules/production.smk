@@ -31,6 +31,17 @@ for _setup in PROD_SETUPS:
 PRODUCTION_RAW = {
     f"{s}_{kind}": PROD_SETUPS[s][kind] for s in PROD_SETUPS for kind in SETUP_FILES if PROD_SETUPS[s].get(kind)
 }
+# A capture's reader opens its run folder's other records by name (metrics_start.prom, server.log):
+# they are inputs too, so the rule's process may open them (kvtier.records.access) and a re-pin reruns it.
+PRODUCTION_CAPTURES = sorted(
+    {
+        f
+        for s in PROD_SETUPS
+        if PROD_SETUPS[s].get("capture_run")
+        for f in PINS.under(Path(PROD_SETUPS[s]["capture_run"]).parent)
+    }
+    - set(PRODUCTION_RAW.values())
+)
 
 
 # One process for every setup (the imports once; each setup's records parsed once): its inputs and
@@ -46,9 +57,10 @@ rule production_numbers:
         # records are read directly (not the eviction rule's tables), so both rules run in parallel
         code=PACKAGE_CODE,
         evict_records=EVICT_RECORDS,
+        capture_records=PRODUCTION_CAPTURES,
         run_schema="workflow/schemas/eviction-run.schema.yaml",
         request_schema="workflow/schemas/eviction-request.schema.yaml",
-        pins=PINS.stamp("production_numbers", [PRODUCTION_RAW, EVICT_RECORDS]),
+        pins=PINS.stamp("production_numbers", [PRODUCTION_RAW, EVICT_RECORDS, PRODUCTION_CAPTURES]),
     output:
         **{
             f"{s}_{kind}": (

@@ -23,7 +23,8 @@ import pandas as pd
 from ..errors import RawRecordError
 from ..records.evictionrun import read_run
 from ..records.touch import quiet
-from ..records.traced import SRC, Row, TracedFrame, read
+from ..records import identity
+from ..records.traced import SRC, Row, TracedFrame, plain, read
 from . import analysis
 from .cpuset import flag_load, spread
 
@@ -38,11 +39,17 @@ def size_key(tokens: int) -> str:
 def load(run_dirs: list[Path], run_schema: Path, request_schema: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Rows of every measured request and one row per launch, with the size each was built to."""
     read_runs = [read_run(d, run_schema, request_schema) for d in run_dirs]  # each read and validated once
+    with quiet():  # each launch once: its folder is what its run.yaml says, and no other folder is it too
+        identity.check_unique(identity.longctx(r.dir, plain(r.meta)) for r in read_runs)
     reqs, runs = analysis.tables(read_runs)
     if runs.empty:
         raise RawRecordError("raw/eviction/longctx", "no long-context runs among the pinned records")
     meta = {r.dir.as_posix(): r.meta for r in read_runs}
     cells = [read(_wall_s, meta[d]) for d in runs.run_dir]
+    for d, (v, _) in zip(runs.run_dir, cells):
+        if v is not None and not v >= 0:  # a launch that ends before it starts: a clock or an edit, not a time
+            raise RawRecordError(Path(d) / "run.yaml", f"the launch lasts {v} s (host_load.end, or finished, before its start): "
+                                                       "times are never negative")
     runs["wall_s"] = [v for v, _ in cells]
     runs[SRC + "wall_s"] = pd.Series([f for _, f in cells], index=runs.index, dtype=object)
     reqs = TracedFrame(reqs.merge(runs[["run", "target_tokens"]], on="run", how="left"))

@@ -129,6 +129,8 @@ class Harness:
                          "plan": None, "conversation": None, "phases_completed": []}
             if self.static.get("record_set"):  # the launches of one invocation, analysed together
                 self.meta["record_set"] = self.static["record_set"]
+            self.meta["identity"] = run_identity(self.writer.dir.name, self.setup, self.static["server"].get("tier"),
+                                                 self.plan.target_tokens)
         else:
             self.meta = old
             if old["status"] == "complete":
@@ -432,3 +434,12 @@ class Harness:
 
     def writer_requests(self) -> list[dict[str, Any]]:
         return self.writer.written_requests()
+
+
+def run_identity(name: str, setup: str, tier: str | None, target_tokens: int) -> dict[str, Any]:
+    """The identity a new run's run.yaml states (records.identity): its folder's name, setup, tier,
+    size and, for a long-context launch (<set>-<size>k-<launch>-<tier>), its launch; and a run token."""
+    from ..records.identity import LONGCTX_NAME, new_identity
+
+    m = LONGCTX_NAME.match(name)
+    return new_identity(name, setup, int(m["launch"]) if m else None, tier, int(target_tokens))

@@ -26,7 +26,8 @@ import pandas as pd
 from ..errors import RawRecordError
 from ..numbers import traced_adder
 from ..records.replayrun import FieldTouching, HOST_SERIES, HOST_YAML, METRICS_SERIES, RUN_YAML, Load, read_load  # noqa: F401
-from ..records.touch import scope, touch
+from ..records import identity
+from ..records.touch import quiet, scope, touch
 from . import benchjson, sweep
 
 GIB = 2**30
@@ -60,12 +61,32 @@ class CurveRun(FieldTouching):
 
 def run_folders(manifest: str | Path, records: str | Path) -> list[str]:
     """The curve's run folders: each folder directly under `records` that holds pinned files
-    (a launch that failed, `<name>.failed`, is never pinned)."""
+    (a launch that failed, `<name>.failed`, is never read, whatever the manifest says: records.access)."""
     from ..eviction.workflow import pinned_records
 
     root = Path(records)
     return sorted({(root / Path(p).relative_to(root).parts[0]).as_posix()
                    for p in pinned_records(str(manifest), str(records)) if len(Path(p).relative_to(root).parts) > 1})
+
+
+def _identity(folder: Path) -> identity.Identity:
+    """A curve run's identity (records.identity): run.yaml's server and stream, host.yaml's start."""
+    import yaml
+
+    from ..yamlio import load_yaml
+
+    def read(path: Path) -> dict[str, Any]:
+        try:
+            data = load_yaml(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise RawRecordError(path, "missing: every run folder needs it") from None
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+            raise RawRecordError(path, f"not readable YAML ({e})") from None
+        return data if isinstance(data, dict) else {}
+
+    host = read(folder / HOST_YAML) if (folder / HOST_YAML).is_file() else {}
+    start = (host.get("observation") or {}).get("start")
+    return identity.curve(folder, read(folder / RUN_YAML), str(start) if start else None)
 
 
 def digest_of(run: sweep.SweepRun) -> str:
@@ -79,8 +100,11 @@ def digest_of(run: sweep.SweepRun) -> str:
 def analyse(run_dirs: Iterable[str | Path], load_threshold: float, steal_threshold: float) -> list[CurveRun]:
     """Every run, read and replayed; all must have sent the same stream to the same KV cache."""
     runs: list[CurveRun] = []
-    for d in run_dirs:
-        run = sweep.read_run(d)
+    run_dirs = list(run_dirs)
+    read = [sweep.read_run(d) for d in run_dirs]  # each by the run contract first: what breaks a folder itself is named so
+    with quiet():  # each launch once: its folder is what its records say, and no other folder is it too
+        identity.check_unique(_identity(Path(d)) for d in run_dirs)
+    for run in read:
         load = run.load()
         flagged = load.load1_mean > load_threshold or load.steal_mean > steal_threshold
         runs.append(CurveRun(sweep.replayed(run), digest_of(run), load, flagged, benchjson.result(run)))

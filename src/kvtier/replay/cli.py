@@ -140,6 +140,23 @@ def host_record(facts: dict, software: dict, started: dt.datetime | None, ended:
     return rec
 
 
+def run_identity(out: Path, tier: str, offload_gib: float | None) -> dict:
+    """run.yaml's identity (records.identity): the folder's name, tier, pool and, for a launch of the
+    curve (r<launch>-pool-<GiB>, kvtier repeats), its launch; and a random run token. A resumed run
+    keeps the one it stated first."""
+    from ..records.identity import CURVE_NAME, new_identity
+    from ..yamlio import load_yaml
+
+    old = out / "run.yaml"
+    if old.is_file():
+        stated = (load_yaml(old.read_text(encoding="utf-8")) or {}).get("identity")
+        if isinstance(stated, dict) and stated.get("nonce"):
+            return stated
+    m = CURVE_NAME.match(out.name)
+    return new_identity(out.name, launch=int(m["launch"]) if m else None, tier=tier,
+                        size=float(offload_gib or 0) if tier != "none" else 0.0)
+
+
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     s = Scaling(scale=a.scale, compress=a.compress, vocab_size=a.vocab_size, max_tokens_cap=a.max_tokens_cap, seed=a.seed)
@@ -167,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
             "turns": len(turns), "max_duration_s": None if a.fixed_order else a.max_duration, "versions": software,
             "prompt_limit": {"tokens": limit, "over_limit": a.over_limit, "over": over},
             "server": {"mode": "attached", "url": a.url} if a.url else launched_server_meta(spec)}
+    meta["identity"] = run_identity(out, a.tier, a.offload_gib)
     if a.fixed_order:
         meta["stream"] = {"mode": "fixed-order", "order": "trace arrival time, then session, then turn",
                           "count": a.count, "requests": len(turns), "in_flight": a.in_flight,
