@@ -251,14 +251,121 @@ def write_report_tables(claims: list[Claim], registry: dict[str, Number], printe
     return table
 
 
-def gate(csv_path: str | Path, ok_path: str | Path) -> None:
-    """Fail loudly, listing each failing claim; leaves the report in place for reading."""
+def summary_line(rows: list[dict[str, str]]) -> str:
+    """'217 pass, 0 fail, 0 not yet computed; in the rebuilt text: 207 as published, ...' (the report's summary)."""
+    counts = _counts([r["status"] for r in rows])
+    line = ", ".join(f"{counts.get(s, 0)} {s}" for s in ("pass", "fail", "not yet computed"))
+    if any(r.get("in_text") for r in rows):
+        line += "; in the rebuilt text: " + ", ".join(f"{n} {k}" for k, n in _text_counts(rows).items())
+    return line
+
+
+def _failed_lines(rows: list[dict[str, str]]) -> list[str]:
+    return [f"  {r['id']}: printed {r['printed']}, recomputed {r['recomputed']} ({r['key']}, tolerance {r['tolerance']})"
+            for r in rows if r["status"] == "fail"]
+
+
+def read_rows(csv_path: str | Path) -> list[dict[str, str]]:
     with open(csv_path, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
-    failed = [r for r in rows if r["status"] == "fail"]
+        return list(csv.DictReader(f))
+
+
+def gate(csv_path: str | Path, ok_path: str | Path) -> None:
+    """Fail loudly, listing each failing claim; leaves the report in place for reading. The summary
+    goes to the console (stdout) either way: a reader should not have to open claims.md to know."""
+    rows = read_rows(csv_path)
+    failed = _failed_lines(rows)
+    print(f"claims: {summary_line(rows)} (results/claims.md)", flush=True)
     if failed:
-        lines = [f"  {r['id']}: printed {r['printed']}, recomputed {r['recomputed']} ({r['key']}, tolerance {r['tolerance']})"
-                 for r in failed]
-        raise ClaimsError(f"{len(failed)} published number(s) not reproduced (see results/claims.md):\n" + "\n".join(lines))
+        raise ClaimsError(f"{len(failed)} published number(s) not reproduced (see results/claims.md):\n" + "\n".join(failed))
     counts = dict(Counter(r["status"] for r in rows).most_common())
     atomic_write_text(ok_path, f"{counts}\n")
+
+
+COLUMNS = ("id", "printed", "recomputed", "tolerance", "status", "in_text", "key")
+
+
+def format_rows(rows: list[dict[str, str]]) -> str:
+    """The rows as an aligned plain-text table (the columns a reader compares), one line each."""
+    cols = [c for c in COLUMNS if any(r.get(c) for r in rows)]
+    head = {c: ("in the rebuilt text" if c == "in_text" else c) for c in cols}
+    width = {c: max(len(head[c]), *(len(str(r.get(c, ""))) for r in rows)) for c in cols}
+    lines = ["  ".join(head[c].ljust(width[c]) for c in cols).rstrip()]
+    lines += ["  ".join(str(r.get(c, "")).ljust(width[c]) for c in cols).rstrip() for r in rows]
+    return "\n".join(lines)
+
+
+def matching(rows: list[dict[str, str]], prefixes: list[str]) -> list[dict[str, str]]:
+    """Rows whose claim id or registry key starts with one of the prefixes (all rows when none given)."""
+    return [r for r in rows if not prefixes or any(r["id"].startswith(p) or r["key"].startswith(p) for p in prefixes)]
+
+
+def check_numbers(claims_yaml: str | Path, numbers: list[str], target: str) -> str:
+    """What a claim target prints: every published claim whose key one of `numbers` holds, checked
+    against them (the same check as the claims report, before the documents are rendered).
+    Raises ClaimsError listing the failures; the text is returned for the console either way."""
+    registry = load_registry(numbers)
+    rows = [r for r in check_all(load_claims(claims_yaml), registry) if r["key"] in registry]
+    files = ", ".join(numbers)
+    if not rows:
+        return (f"{target}: no published number rests on {files} (modelled beyond the note: its values are "
+                f"on the validation page; {len(registry)} numbers written)")
+    text = f"{target}: {len(rows)} published numbers checked against {files}: {summary_line(rows)}\n{format_rows(rows)}"
+    failed = _failed_lines(rows)
+    if failed:
+        raise ClaimsError(text + f"\n{len(failed)} published number(s) not reproduced:\n" + "\n".join(failed))
+    return text
+
+
+def build_parser(prog: str = "kvtier claims") -> "argparse.ArgumentParser":
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog=prog, description="The claims check on the console: the summary of results/claims.csv (what "
+        "results/claims.md says), the rows of some claims, or a check of number files against config/claims.yaml.",
+        epilog="examples: `kvtier claims` (summary and failing claims); `kvtier claims show lab.` (the lab's rows); "
+        "`kvtier claims show prod.tokens evict.C` (by key); `kvtier claims check results/numbers/evict.json`.")
+    p.add_argument("action", nargs="?", choices=["summary", "show", "check"], default="summary")
+    p.add_argument("args", nargs="*", metavar="PREFIX|FILE",
+                   help="show: claim id or key prefixes (none: every row); check: registry files (results/numbers/*.json)")
+    p.add_argument("--csv", default="results/claims.csv", help="the report the build wrote (summary, show)")
+    p.add_argument("--claims", default="config/claims.yaml", help="the published numbers (check)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Exit 0 when every claim shown passes, 1 when one fails, 2 when there is nothing to read."""
+    import sys
+
+    args = build_parser().parse_args(argv)
+    if args.action == "check":
+        if not args.args:
+            print("error: kvtier claims check needs at least one results/numbers/*.json", file=sys.stderr)
+            return 2
+        try:
+            text = check_numbers(args.claims, args.args, "kvtier claims check")
+        except ClaimsError as e:
+            print(e)
+            return 1
+        except (OSError, ValueError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
+        print(text)
+        return 0
+    try:
+        rows = read_rows(args.csv)
+    except (OSError, ValueError) as e:
+        print(f"error: {e} (run `snakemake --cores all` first to write {args.csv})", file=sys.stderr)
+        return 2
+    if args.action == "show":
+        shown = matching(rows, args.args)
+        if not shown:
+            print(f"error: no claim id or key in {args.csv} starts with {' or '.join(map(repr, args.args))}", file=sys.stderr)
+            return 2
+        print(f"{len(shown)} of {len(rows)} claims: {summary_line(shown)}\n{format_rows(shown)}")
+        return 1 if any(r["status"] == "fail" for r in shown) else 0
+    failed = _failed_lines(rows)
+    print(f"claims: {summary_line(rows)} ({args.csv})")
+    if failed:
+        print(f"{len(failed)} published number(s) not reproduced:\n" + "\n".join(failed))
+    return 1 if failed else 0

@@ -133,4 +133,8 @@ class ClaimsError(RuntimeError):
 
 
 # What a workflow script shows on the console, not only in its rule's log (kvtier.snake.begin).
-CONSOLE_ERRORS = (RawRecordError, ManifestError, ClaimsError)
+class MissingToolError(FileNotFoundError):
+    """A program a rule needs is not installed (Chromium for the PDF step): the message says what to install."""
+
+
+CONSOLE_ERRORS = (RawRecordError, ManifestError, ClaimsError, MissingToolError)

@@ -193,7 +193,7 @@ def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, table:
     writer.add("longctx.sizes", T(lambda: int(table.target_tokens.nunique())), "count")
     for i, size in enumerate(T(lambda: [int(x) for x in sorted(table.target_tokens.unique())])):  # in order, for the page's loops
         writer.add(f"longctx.size.{i}.tokens", size, "tokens")
-    # the set's cost (the README's benchmark): every launch, kept or flagged, server start to stop
+    # the set's cost (the run times in docs/EXPERIMENTS.md): every launch, kept or flagged, server start to stop
     writer.add("longctx.time.launches", T(lambda: int(runs.wall_s.notna().sum())), "count")
     writer.add("longctx.time.launches_s", T(lambda: float(pd.to_numeric(runs.wall_s, errors="coerce").sum())), "s")
     writer.add("longctx.restore_min_tokens", 190_000, "tokens", inputs=[], note="the issue's bar for a restore at the note's scale")
