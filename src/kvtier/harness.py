@@ -39,6 +39,7 @@ import signal
 import sys
 from pathlib import Path
 
+from . import cliargs as A
 from .errors import ManifestError, RawRecordError
 from .eviction.host import host_info, model_params, server_software, versions
 from .eviction.records import RunWriter, read_run
@@ -88,57 +89,57 @@ def _server_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--served-model-name", dest="served_name", default="model")
     g.add_argument("--tier", choices=["native", "lmcache", "none"], default="native",
                    help="second KV tier: vLLM's native offload, LMCache, or none")
-    g.add_argument("--offload-gib", type=float, default=0.0, help="RAM pool size in GiB (native, lmcache)")
-    g.add_argument("--block-tokens", type=int, default=1600, help="offloaded block size in tokens (native)")
+    g.add_argument("--offload-gib", type=A.NONNEG, default=0.0, help="RAM pool size in GiB (native, lmcache)")
+    g.add_argument("--block-tokens", type=A.COUNT, default=1600, help="offloaded block size in tokens (native)")
     g.add_argument("--platform", choices=["auto", "cuda", "cpu"], default="auto",
                    help="vLLM's platform; cpu runs the native tier through kvtier's offloading spec (auto: ask the vLLM binary)")
     g.add_argument("--host-pool", choices=["private", "shm"], default="private",
                    help="CPU build, native tier: the pool as a private tensor or in vLLM's /dev/shm region")
-    g.add_argument("--max-model-len", type=int)
+    g.add_argument("--max-model-len", type=A.COUNT)
     g.add_argument("--host", default="127.0.0.1")
-    g.add_argument("--port", type=int, default=8000)
+    g.add_argument("--port", type=A.PORT, default=8000)
     g.add_argument("--vllm-bin", default=DEFAULT_VLLM, help="vllm executable (env KVTIER_VLLM_BIN)")
     g.add_argument("--server-arg", action="append", default=[], help="extra `vllm serve` argument (repeatable; use --server-arg=--flag)")
-    g.add_argument("--server-env", action="append", default=[], help="extra NAME=VALUE for the server environment")
-    g.add_argument("--offload-extra", action="append", default=[],
+    g.add_argument("--server-env", action="append", default=[], type=A.key_value, help="extra NAME=VALUE for the server environment")
+    g.add_argument("--offload-extra", action="append", default=[], type=A.key_value,
                    help="extra kv_connector_extra_config KEY=VALUE (repeatable; e.g. kvtier_log_jobs=true logs every transfer job)")
-    g.add_argument("--ram-headroom-gib", type=float, default=8.0, help="free RAM to leave beside the pool (preflight)")
-    g.add_argument("--health-timeout", type=float, default=1800.0, help="seconds to wait for /health after launch")
+    g.add_argument("--ram-headroom-gib", type=A.NONNEG, default=8.0, help="free RAM to leave beside the pool (preflight)")
+    g.add_argument("--health-timeout", type=A.POSITIVE, default=1800.0, help="seconds to wait for /health after launch")
 
 
 def build_parser(prog: str = "kvtier harness") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run the eviction test and write its records", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    r.add_argument("--setup", required=True, help="setup label (A, C, cpu, ...): records go to <out>/<setup>/")
+    r.add_argument("--setup", required=True, type=A.label, help="setup label (A, C, cpu, ...): records go to <out>/<setup>/")
     r.add_argument("--url", help="attach to a running server instead of launching one")
     r.add_argument("--out", default="raw/eviction")
-    r.add_argument("--run-id", default="auto",
+    r.add_argument("--run-id", default="auto", type=A.name,
                    help="run directory name, a new one (auto: UTC date-time and a random suffix)")
     r.add_argument("--resume", action="store_true",
                    help="continue the unpinned run of --run-id after its last completed phase (never a pinned one)")
-    r.add_argument("--load-interval", type=float, default=5.0, help="seconds between samples of the host's load (host_load.tsv)")
+    r.add_argument("--load-interval", type=A.POSITIVE, default=5.0, help="seconds between samples of the host's load (host_load.tsv)")
     r.add_argument("--description", default="")
     r.add_argument("--record-set", help="the record set this launch belongs to (the launches of one invocation, analysed together)")
-    r.add_argument("--target-tokens", type=int, default=200_000, help="conversation length in the server's tokens")
-    r.add_argument("--seed", type=int, default=0, help="seed of the conversation text and codes")
-    r.add_argument("--evictors", type=int, help="number of evicting conversations; omitted: derived from the KV cache size")
-    r.add_argument("--margin", type=float, default=0.1, help="evictor tokens >= (KV cache + conversation) x (1 + margin)")
-    r.add_argument("--rounds", type=int, default=1, help="evict-and-restore rounds")
-    r.add_argument("--evictor-tokens", type=int,
+    r.add_argument("--target-tokens", type=A.COUNT, default=200_000, help="conversation length in the server's tokens")
+    r.add_argument("--seed", type=A.SEED, default=0, help="seed of the conversation text and codes")
+    r.add_argument("--evictors", type=A.COUNT, help="number of evicting conversations; omitted: derived from the KV cache size")
+    r.add_argument("--margin", type=A.NONNEG, default=0.1, help="evictor tokens >= (KV cache + conversation) x (1 + margin)")
+    r.add_argument("--rounds", type=A.COUNT, default=1, help="evict-and-restore rounds")
+    r.add_argument("--evictor-tokens", type=A.COUNT,
                    help="evictors of this many tokens, fresh ones each round (default: the conversation's length, the same each round)")
     r.add_argument("--stop-when-out", action="store_true",
                    help="stop a round's evictors once the counters show they placed the KV cache's size x (1 + margin) in it")
-    r.add_argument("--repeat", type=int, default=1, help="cycles of cold/hit/evict/restore, each with a fresh conversation")
-    r.add_argument("--warmup-tokens", type=int, help="an unrelated request of this size first (default: the conversation's size; 0: none)")
-    r.add_argument("--logprobs", type=int, default=5, help="top logprobs asked for on measured requests (0: none)")
-    r.add_argument("--logprob-tolerance", type=float, default=0.05,
+    r.add_argument("--repeat", type=A.COUNT, default=1, help="cycles of cold/hit/evict/restore, each with a fresh conversation")
+    r.add_argument("--warmup-tokens", type=A.NONNEG_INT, help="an unrelated request of this size first (default: the conversation's size; 0: none)")
+    r.add_argument("--logprobs", type=A.NONNEG_INT, default=5, help="top logprobs asked for on measured requests (0: none)")
+    r.add_argument("--logprob-tolerance", type=A.NONNEG, default=0.05,
                    help="|Δ logprob| allowed between restore and hit when they computed different token counts (else 0)")
-    r.add_argument("--max-tokens", type=int, default=64, help="answer length of the measured requests")
-    r.add_argument("--request-timeout", type=float, default=1800.0, help="seconds without a byte before a request fails")
-    r.add_argument("--request-deadline", type=float, help="seconds for a whole streamed request (default: twice --request-timeout)")
+    r.add_argument("--max-tokens", type=A.COUNT, default=64, help="answer length of the measured requests")
+    r.add_argument("--request-timeout", type=A.POSITIVE, default=1800.0, help="seconds without a byte before a request fails")
+    r.add_argument("--request-deadline", type=A.POSITIVE, help="seconds for a whole streamed request (default: twice --request-timeout)")
     r.add_argument("--api-key", help="the server's API key (default: --server-arg=--api-key=..., VLLM_API_KEY or OPENAI_API_KEY)")
-    r.add_argument("--gpu-hit-tolerance", type=float, default=0.1, help="a restore with more GPU-cache hits than this share of the prompt is 'not evicted'")
+    r.add_argument("--gpu-hit-tolerance", type=A.SHARE, default=0.1, help="a restore with more GPU-cache hits than this share of the prompt is 'not evicted'")
     r.add_argument("--pin", action="store_true", help="add the records to raw/MANIFEST.tsv as measured")
     r.add_argument("--no-progress", action="store_true", help="no progress bar (logs, batch jobs)")
     _server_args(r)
@@ -147,7 +148,7 @@ def build_parser(prog: str = "kvtier harness") -> argparse.ArgumentParser:
     _server_args(f)
     f.set_defaults(func=cmd_preflight)
     s = sub.add_parser("show", help="validate a run directory and print its summary")
-    s.add_argument("run_dir")
+    s.add_argument("run_dir", type=A.existing_dir)
     s.set_defaults(func=cmd_show)
     return p
 

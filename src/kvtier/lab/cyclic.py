@@ -47,6 +47,7 @@ from typing import Callable, Iterator
 from tqdm import tqdm
 
 from ..errors import ManifestError
+from .. import cliargs as A
 from ..runfolder import claim, pin_new
 from ..serving import ServerSpec, ServingClient, VllmServer
 from ..serving import redact
@@ -257,21 +258,21 @@ def build_parser(prog: str = "kvtier lab") -> argparse.ArgumentParser:
     ap.add_argument("--setups", default="vllm,lmcache")
     ap.add_argument("--model", required=True)
     ap.add_argument("--served-name", default="lab")
-    ap.add_argument("--gpu-cache-tokens", type=int, default=21520, help="KV cache size to give the server (tokens)")
-    ap.add_argument("--kv-bytes-per-token", type=int, default=28672, help="to size --kv-cache-memory-bytes")
-    ap.add_argument("--lmcache-gib", type=float, default=1.5, help="pool of setup lmcache (GiB, as LMCache reads it)")
-    ap.add_argument("--lmcache-small-gib", type=float, default=0.25, help="pool of setup lmcache-small, too small for all documents")
-    ap.add_argument("--native-gib", type=float, default=1.5, help="pool of setup native (vLLM's native CPU tier)")
-    ap.add_argument("--native-small-gib", type=float, default=0.25, help="pool of setup native-small, too small for all documents")
-    ap.add_argument("--offload-block-tokens", type=int, default=256, help="offloaded block of the native tier (LMCache's chunk)")
+    ap.add_argument("--gpu-cache-tokens", type=A.COUNT, default=21520, help="KV cache size to give the server (tokens)")
+    ap.add_argument("--kv-bytes-per-token", type=A.COUNT, default=28672, help="to size --kv-cache-memory-bytes")
+    ap.add_argument("--lmcache-gib", type=A.POSITIVE, default=1.5, help="pool of setup lmcache (GiB, as LMCache reads it)")
+    ap.add_argument("--lmcache-small-gib", type=A.POSITIVE, default=0.25, help="pool of setup lmcache-small, too small for all documents")
+    ap.add_argument("--native-gib", type=A.POSITIVE, default=1.5, help="pool of setup native (vLLM's native CPU tier)")
+    ap.add_argument("--native-small-gib", type=A.POSITIVE, default=0.25, help="pool of setup native-small, too small for all documents")
+    ap.add_argument("--offload-block-tokens", type=A.COUNT, default=256, help="offloaded block of the native tier (LMCache's chunk)")
     ap.add_argument("--platform", choices=["cuda", "cpu"], default="cuda")
-    ap.add_argument("--block-size", type=int, help="server KV block size (--block-size)")
-    ap.add_argument("--max-model-len", type=int, default=8192)
-    ap.add_argument("--docs", type=int, default=10)
-    ap.add_argument("--doc-words", type=int, default=2500)
-    ap.add_argument("--port", type=int, default=8031)
+    ap.add_argument("--block-size", type=A.COUNT, help="server KV block size (--block-size)")
+    ap.add_argument("--max-model-len", type=A.COUNT, default=8192)
+    ap.add_argument("--docs", type=A.COUNT, default=10)
+    ap.add_argument("--doc-words", type=A.COUNT, default=2500)
+    ap.add_argument("--port", type=A.PORT, default=8031)
     ap.add_argument("--vllm-bin", default=shutil.which("vllm") or "vllm")
-    ap.add_argument("--launches", type=int, help="launch each setup this many times, interleaved, each in a new folder under --out")
+    ap.add_argument("--launches", type=A.COUNT, help="launch each setup this many times, interleaved, each in a new folder under --out")
     ap.add_argument("--lock", help="hold an flock on this file for each launch (with --launches)")
     ap.add_argument("--pin", action="store_true", help="pin the written files in raw/MANIFEST.tsv as measured")
     return ap

@@ -40,6 +40,7 @@ from pathlib import Path
 
 import yaml
 
+from .. import cliargs as A
 from ..eviction.host import host_info, load_average, versions
 from ..errors import ManifestError, RawRecordError
 from ..harness import Terminated, _on_sigterm, _platform, _server_args, _spec, api_key, launched_server_meta
@@ -60,31 +61,31 @@ def build_parser(prog: str = "kvtier replay") -> argparse.ArgumentParser:
     p.add_argument("--trace", required=True, help="kv-cache-tester:PATH.tgz or mooncake:PATH.jsonl")
     p.add_argument("--out", required=True, help="a new folder for the records (refused if it exists, unless --resume)")
     p.add_argument("--resume", action="store_true", help="continue the unpinned run in --out after its last answered request")
-    p.add_argument("--sessions", type=int, default=8, help="kv-cache-tester: conversations replayed, in file order")
+    p.add_argument("--sessions", type=A.COUNT, default=8, help="kv-cache-tester: conversations replayed, in file order")
     p.add_argument("--session-ids", help="kv-cache-tester: comma-separated conversation file names or stems (instead of the first --sessions)")
-    p.add_argument("--session-gap", type=float, default=30.0, help="kv-cache-tester: seconds between session starts (after compression)")
-    p.add_argument("--limit", type=int, help="mooncake: requests replayed")
-    p.add_argument("--scale", type=float, default=0.05, help="token counts x this factor")
-    p.add_argument("--compress", type=float, default=10.0, help="trace seconds / this factor")
-    p.add_argument("--vocab-size", type=int, default=2048, help="token ids are drawn below this")
-    p.add_argument("--max-tokens-cap", type=int, default=16)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-duration", type=float, default=600.0, help="seconds after which no new request is sent")
-    p.add_argument("--workers", type=int, default=8, help="requests in flight at most")
+    p.add_argument("--session-gap", type=A.NONNEG, default=30.0, help="kv-cache-tester: seconds between session starts (after compression)")
+    p.add_argument("--limit", type=A.COUNT, help="mooncake: requests replayed")
+    p.add_argument("--scale", type=A.POSITIVE, default=0.05, help="token counts x this factor")
+    p.add_argument("--compress", type=A.POSITIVE, default=10.0, help="trace seconds / this factor")
+    p.add_argument("--vocab-size", type=A.integer(2), default=2048, help="token ids are drawn below this")
+    p.add_argument("--max-tokens-cap", type=A.COUNT, default=16)
+    p.add_argument("--seed", type=A.SEED, default=0)
+    p.add_argument("--max-duration", type=A.POSITIVE, default=600.0, help="seconds after which no new request is sent")
+    p.add_argument("--workers", type=A.COUNT, default=8, help="requests in flight at most")
     p.add_argument("--fixed-order", action="store_true",
                    help="send a fixed stream: trace arrival order, --in-flight at most, no clock (needs a new --out)")
-    p.add_argument("--count", type=int, help="--fixed-order: the first COUNT requests of the stream (default: all)")
-    p.add_argument("--in-flight", type=int, default=1, help="--fixed-order: requests in flight at most")
-    p.add_argument("--prompt-limit", type=int, help="prompt + answer tokens a request may have (default: --max-model-len)")
+    p.add_argument("--count", type=A.COUNT, help="--fixed-order: the first COUNT requests of the stream (default: all)")
+    p.add_argument("--in-flight", type=A.COUNT, default=1, help="--fixed-order: requests in flight at most")
+    p.add_argument("--prompt-limit", type=A.COUNT, help="prompt + answer tokens a request may have (default: --max-model-len)")
     p.add_argument("--over-limit", choices=OVER_LIMIT, default="send",
                    help="a prompt over --prompt-limit: send it (the server refuses it: a failed line), truncate it, or refuse the run")
-    p.add_argument("--metrics-interval", type=float, default=1.0, help="seconds between /metrics samples (metrics_series.csv.gz)")
-    p.add_argument("--host-interval", type=float, default=2.0, help="seconds between load samples (host_series.csv)")
-    p.add_argument("--report-wait", type=float, help="seconds to wait after the last answer so the server logs the report "
+    p.add_argument("--metrics-interval", type=A.POSITIVE, default=1.0, help="seconds between /metrics samples (metrics_series.csv.gz)")
+    p.add_argument("--host-interval", type=A.POSITIVE, default=2.0, help="seconds between load samples (host_series.csv)")
+    p.add_argument("--report-wait", type=A.NONNEG, help="seconds to wait after the last answer so the server logs the report "
                                                      "covering it (default: its report interval + 2 s; 0 where no one reads the log's reports)")
     p.add_argument("--url", help="attach to a running server instead of launching one")
     p.add_argument("--api-key")
-    p.add_argument("--request-timeout", type=float, default=600.0)
+    p.add_argument("--request-timeout", type=A.POSITIVE, default=600.0)
     p.add_argument("--no-progress", action="store_true")
     _server_args(p)
     return p
