@@ -45,7 +45,7 @@ from .eviction.host import host_info, model_params, server_software, versions
 from .eviction.records import RunWriter, read_run
 from .eviction.runner import Harness, HarnessFailed, Plan
 from .hostload import LoadSampler
-from .runfolder import claim, pin_new, resolve_id
+from .runfolder import claim, hold, pin_new, resolve_id, run_files
 from .serving.client import RequestFailed, ServingClient
 from .serving import fieldchecks
 from .serving.redact import redact_argv, redact_env, scrub_file, secret_values
@@ -53,6 +53,7 @@ from .serving.server import PreflightError, ServerDied, ServerSpec, VllmServer, 
 from .yamlio import load_yaml
 
 DEFAULT_VLLM = os.environ.get("KVTIER_VLLM_BIN", "vllm")
+LAUNCHED_NAME = "model"  # the name a launched server serves its model under, unless --served-model-name
 
 
 def _platform(a: argparse.Namespace, software: dict[str, str] | None = None) -> str:
@@ -64,7 +65,7 @@ def _platform(a: argparse.Namespace, software: dict[str, str] | None = None) -> 
 
 
 def _spec(a: argparse.Namespace, platform: str | None = None) -> ServerSpec:
-    return ServerSpec(model=a.model or "", served_name=a.served_name, tier=a.tier, offload_gib=a.offload_gib,
+    return ServerSpec(model=a.model or "", served_name=a.served_name or LAUNCHED_NAME, tier=a.tier, offload_gib=a.offload_gib,
                       offload_block_tokens=a.block_tokens, host=a.host, port=a.port, vllm_bin=a.vllm_bin,
                       max_model_len=a.max_model_len, extra_args=list(a.server_arg), ram_headroom_gib=a.ram_headroom_gib,
                       env=dict(kv.split("=", 1) for kv in a.server_env), platform=platform or _platform(a),
@@ -86,7 +87,9 @@ def _server_args(p: argparse.ArgumentParser) -> None:
     """The options that describe a server to launch (shared with kvtier replay)."""
     g = p.add_argument_group("server (launched unless --url is given)")
     g.add_argument("--model", help="model path or name for `vllm serve`")
-    g.add_argument("--served-model-name", dest="served_name", default="model")
+    g.add_argument("--served-model-name", dest="served_name",
+                   help="the model's name on the server: launched, it is served under it (default 'model'); "
+                        "attached (--url), the server must serve it (default: the one model it lists)")
     g.add_argument("--tier", choices=["native", "lmcache", "none"], default="native",
                    help="second KV tier: vLLM's native offload, LMCache, or none")
     g.add_argument("--offload-gib", type=A.NONNEG, default=0.0, help="RAM pool size in GiB (native, lmcache)")
@@ -220,9 +223,17 @@ def launched_server_meta(spec: ServerSpec) -> dict[str, object]:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
+    if not a.url and not a.model:  # before the run folder is made
+        print("error: give --model to launch a server, or --url to attach to one", file=sys.stderr)
+        return 2
     run_id = resolve_id(a.run_id)
-    claim(Path(a.out) / a.setup / run_id, resume=a.resume)  # before anything runs: a new folder, or an unpinned resume
-    writer = RunWriter(Path(a.out) / a.setup / run_id)
+    run_dir = claim(Path(a.out) / a.setup / run_id, resume=a.resume)  # before anything runs: a new folder, or an unpinned resume
+    with hold(run_dir):  # one launch at a time in a run folder: a second --resume is refused, naming this one
+        return _run(a, run_id, run_dir)
+
+
+def _run(a: argparse.Namespace, run_id: str, run_dir: Path) -> int:
+    writer = RunWriter(run_dir)
     software = versions(None if a.url else a.vllm_bin)
     spec = _spec(a, "cuda" if a.url and a.platform == "auto" else _platform(a, software))
     key = api_key(a)
@@ -232,22 +243,29 @@ def cmd_run(a: argparse.Namespace) -> int:
         server_meta: dict[str, object] = {"mode": "attached", "url": a.url, "tier": a.tier, "offload_gib": a.offload_gib,
                                           "offload_block_tokens": a.block_tokens if a.tier == "native" else None}
     else:
-        if not a.model:
-            print("error: give --model to launch a server, or --url to attach to one", file=sys.stderr)
-            return 2
         for line in preflight(spec):
             print("preflight ok:", line, file=sys.stderr)
         server_meta = launched_server_meta(spec)
     static = {"description": a.description, "host": host_info(), "record_set": a.record_set,
-              "model": {"path": a.model or "", "served_name": a.served_name, "params": model_params(a.model) if a.model else None},
+              "model": {"path": a.model or "", "served_name": spec.served_name if not a.url else (a.served_name or ""),
+                        "params": model_params(a.model) if a.model else None},
               "server": server_meta, "versions": software}
     plan = Plan(target_tokens=a.target_tokens, seed=a.seed, evictors=a.evictors, margin=a.margin, rounds=a.rounds,
                 max_tokens=a.max_tokens, gpu_hit_tolerance=a.gpu_hit_tolerance, request_timeout_s=a.request_timeout,
                 repeat=a.repeat, warmup_tokens=a.warmup_tokens, logprobs=a.logprobs, logprob_tolerance=a.logprob_tolerance,
                 evictor_tokens=a.evictor_tokens, stop_when_out=a.stop_when_out)
-    client = ServingClient(a.url or spec.url, None if a.url else a.served_name, timeout_s=a.request_timeout, api_key=key,
+    client = ServingClient(a.url or spec.url, a.served_name if a.url else spec.served_name, timeout_s=a.request_timeout, api_key=key,
                            deadline_s=a.request_deadline)
     harness = Harness(client, writer, a.setup, plan, static, progress=not a.no_progress)
+    if a.resume:  # before any server: the recorded plan, and a requests.jsonl a crash cut, checked now
+        try:
+            for repair in harness.check_resume():
+                print(f"{writer.dir / repair['file']}:{repair['line']}: {repair.get('reason', '')}; "
+                      + (f"dropped its {repair['bytes']} bytes (recorded in run.yaml: repairs)" if repair["action"] == "dropped"
+                         else repair["action"]), file=sys.stderr)
+        except HarnessFailed as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     sampler = LoadSampler(writer.dir, a.load_interval).start()
     try:
@@ -304,7 +322,7 @@ def _record_load(writer: RunWriter, load: dict[str, object] | None) -> None:
 
 
 def _pin(run_dir: Path, description: str = "") -> None:
-    files = sorted(p for p in run_dir.rglob("*") if p.is_file())
+    files = run_files(run_dir)  # not the lock
     pin_new(files, "measured", f"eviction-test records of {run_dir.parent.name}/{run_dir.name} (kvtier harness)"
                 + (f": {description}" if description else ""))
 

@@ -45,7 +45,7 @@ from ..eviction.host import host_info, load_average, versions
 from ..errors import ManifestError, RawRecordError
 from ..harness import Terminated, _on_sigterm, _platform, _server_args, _spec, api_key, launched_server_meta
 from ..records.replaywrite import write_meta
-from ..runfolder import claim
+from ..runfolder import claim, differences, hold, repair_cut_last_line
 from ..serving.client import RequestFailed, ServingClient
 from ..serving import redact
 from ..serving.redact import scrub_file, secret_values
@@ -85,7 +85,9 @@ def build_parser(prog: str = "kvtier replay") -> argparse.ArgumentParser:
                                                      "covering it (default: its report interval + 2 s; 0 where no one reads the log's reports)")
     p.add_argument("--url", help="attach to a running server instead of launching one")
     p.add_argument("--api-key")
-    p.add_argument("--request-timeout", type=A.POSITIVE, default=600.0)
+    p.add_argument("--request-timeout", type=A.POSITIVE, default=600.0, help="seconds without a byte before a request fails")
+    p.add_argument("--request-deadline", type=A.POSITIVE,
+                   help="seconds for a whole request, checked as bytes arrive (default: twice --request-timeout)")
     p.add_argument("--no-progress", action="store_true")
     _server_args(p)
     return p
@@ -150,11 +152,56 @@ def main(argv: list[str] | None = None) -> int:
         turns, over = limit_prompts(turns, limit, a.over_limit)
     except ValueError as e:
         raise SystemExit(f"error: {e}") from None
+    if a.fixed_order and a.resume:
+        print("error: a --fixed-order stream is sent whole by one launch: no --resume (use a new --out)", file=sys.stderr)
+        return 2
     try:
         out = claim(a.out, resume=a.resume, flag="--out")  # before any server: a new folder, or an unpinned run resumed
+        lock = hold(out)  # one launch at a time: a second --resume of a run still going is refused, naming it
     except ManifestError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    try:
+        return _launch(a, s, turns, over, limit, out)
+    finally:
+        lock.release()
+
+
+# what a resume must replay as recorded (run.yaml's entries): the stream, its scaling, the pool
+RESUME_KEYS = ("trace", "sessions", "limit", "scaling", "session_ids", "max_duration_s", "prompt_limit")
+
+
+def resume_check(a: argparse.Namespace, out: Path, meta: dict) -> list[str]:
+    """Before a resumed replay starts a server: its options equal run.yaml's (else the differences,
+    one each), and client.jsonl's last line, if a crash cut it, dropped (reported, and recorded
+    in meta['repairs']; any other bad line: RawRecordError naming it)."""
+    if not a.resume or not (out / "run.yaml").exists():
+        return []
+    from ..records.replayrun import read_meta
+
+    old = read_meta(out / "run.yaml")
+    now = {k: meta.get(k) for k in RESUME_KEYS}
+    now["prompt_limit"] = {k: meta["prompt_limit"][k] for k in ("tokens", "over_limit")}
+    diffs = differences({k: old.get(k) for k in RESUME_KEYS}, now)
+    server = {k: v for k, v in meta["server"].items() if k in ("mode", "tier", "offload_gib", "offload_block_tokens")}
+    diffs += differences(old.get("server") or {}, server, "server")
+    if a.served_name and (old.get("served_model") or {}).get("requested") not in (None, a.served_name):
+        diffs.append(f"--served-model-name: recorded {old['served_model']['requested']!r}, now {a.served_name!r}")
+    if diffs:
+        return diffs
+    repair = repair_cut_last_line(out / "client.jsonl")
+    if repair:
+        print(f"{out / repair['file']}:{repair['line']}: {repair.get('reason', '')}; "
+              + (f"dropped its {repair['bytes']} bytes (recorded in run.yaml: repairs)" if repair["action"] == "dropped"
+                 else repair["action"]), file=sys.stderr)
+        meta["repairs"] = [*(old.get("repairs") or []), repair]
+    elif old.get("repairs"):
+        meta["repairs"] = old["repairs"]
+    return []
+
+
+def _launch(a: argparse.Namespace, s: Scaling, turns: list[Turn], over: object, limit: int | None, out: Path) -> int:
+    """The launch itself, in its claimed and locked folder."""
     software = versions(None if a.url else a.vllm_bin)
     spec = _spec(a, "cuda" if a.url and a.platform == "auto" else _platform(a, software))
     key = api_key(a)
@@ -172,6 +219,16 @@ def main(argv: list[str] | None = None) -> int:
         meta["stream"] = {"mode": "fixed-order", "order": "trace arrival time, then session, then turn",
                           "count": a.count, "requests": len(turns), "in_flight": a.in_flight,
                           "digest": stream_digest(turns), "digest_of": "sha256 of each request's token ids and max_tokens, in send order"}
+    try:
+        diffs = resume_check(a, out, meta)
+    except RawRecordError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    if diffs:
+        print(f"error: {out / 'run.yaml'}: a resume must replay the recorded run; these options differ: " + "; ".join(diffs)
+              + " (resume with the recorded options, or use a new --out)", file=sys.stderr)
+        return 2
+    meta["status"] = "running"
     facts = host_info()
     host_series = HostSeries(out, a.host_interval).start()
     metrics_series = None
@@ -187,14 +244,16 @@ def main(argv: list[str] | None = None) -> int:
             meta["server"]["health_wait_s"] = round(server.wait_healthy(a.health_timeout), 1)  # type: ignore[index]
         url = a.url or spec.url
         write_meta(out, redact.record(meta))
-        model = None if a.url else a.served_name
-        with ServingClient(url, model, timeout_s=a.request_timeout, api_key=key) as probe:
+        model = a.served_name if a.url else spec.served_name  # attached without a name: the one model it lists
+        with ServingClient(url, model, timeout_s=a.request_timeout, api_key=key, deadline_s=a.request_deadline) as probe:
+            meta["served_model"] = probe.served_record()  # another model served: RequestFailed, a failed run
+            write_meta(out, redact.record(meta))
             if not (out / "metrics_start.prom").exists():
                 (out / "metrics_start.prom").write_text(probe.metrics_text(), encoding="utf-8")
             name = probe.model
         scraper = ServingClient(url, name, timeout_s=30.0, api_key=key)
         metrics_series = MetricsSeries(out, scraper.metrics_text, a.metrics_interval).start()
-        new_client = lambda: ServingClient(url, name, timeout_s=a.request_timeout, api_key=key)  # noqa: E731
+        new_client = lambda: ServingClient(url, name, timeout_s=a.request_timeout, api_key=key, deadline_s=a.request_deadline)  # noqa: E731
         if a.fixed_order:
             counts = replay_fixed(turns, new_client, out / "client.jsonl", in_flight=a.in_flight, progress=not a.no_progress)
         else:
@@ -204,19 +263,25 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(STATS_INTERVAL_S + 2 if a.report_wait is None else a.report_wait)
         meta["metrics_series"] = metrics_series.stop()
         metrics_series = None
-        with ServingClient(url, name, timeout_s=a.request_timeout, api_key=key) as probe:
+        with ServingClient(url, name, timeout_s=a.request_timeout, api_key=key, deadline_s=a.request_deadline) as probe:
             (out / "metrics.prom").write_text(probe.metrics_text(), encoding="utf-8")
         meta["counts"] = counts
+        meta["status"] = "complete"
         write_meta(out, redact.record(meta))
         sent.write(out, turns, server_block_tokens(out / "metrics.prom"))  # the stream, in the server's blocks
         done = True
     except (PreflightError, ServerDied, RequestFailed) as e:
+        _failed(out, meta, str(e))
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as e:
+        _failed(out, meta, str(e) or "interrupted (Ctrl-C)")
         print(f"{e or 'interrupted'}; the client log in {out} keeps every answered request; rerun with --resume to resume",
               file=sys.stderr)
         return 143 if isinstance(e, Terminated) else 130
+    except Exception as e:  # anything else: a failed run with its reason, never one left running
+        _failed(out, meta, f"{type(e).__name__}: {e}")
+        raise
     finally:
         if metrics_series is not None:
             metrics_series.stop()
@@ -231,6 +296,12 @@ def main(argv: list[str] | None = None) -> int:
         scrub_file(out / "server.log", secret_values(spec.command(), {**os.environ, **spec.env, "API_KEY": key or ""}))
     print(f"{out}: {counts}")
     return 0
+
+
+def _failed(out: Path, meta: dict, reason: str) -> None:
+    """run.yaml of a launch that stopped: status failed, and why (a fault is never a measurement)."""
+    meta.update(status="failed", failure={"reason": reason, "at": _now().isoformat()})
+    write_meta(out, redact.record(meta))
 
 
 if __name__ == "__main__":
