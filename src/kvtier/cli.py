@@ -134,6 +134,9 @@ def main(argv: list[str] | None = None) -> int:
         except ManifestError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:  # --manifest or --raw-dir not there
+            print(f"error: {e.strerror}: {e.filename}", file=sys.stderr)
+            return 2
     # the module's own main, with the arguments after the subcommand (what `python -m` gives it)
     if command in COMMANDS:
         module, rest = COMMANDS[command][0], argv[1:]

@@ -123,3 +123,16 @@ def key_value(text: str) -> str:
     if not sep or not key:
         raise argparse.ArgumentTypeError(f"wants NAME=VALUE, not {text!r}")
     return text
+
+
+def executable(text: str) -> str:
+    """A program to run: a path to an executable file, or a name on PATH."""
+    import os
+    import shutil
+
+    if os.sep in text:
+        if not (Path(text).is_file() and os.access(text, os.X_OK)):
+            raise argparse.ArgumentTypeError(f"{text}: no such executable file")
+    elif shutil.which(text) is None:
+        raise argparse.ArgumentTypeError(f"{text}: not found on PATH")
+    return text

@@ -56,9 +56,19 @@ from .monitor import HostSeries, MetricsSeries
 from .schedule import OVER_LIMIT, TRACE_KINDS, Scaling, Turn, fixed_order, limit_prompts, schedule_for, stream_digest
 
 
+def trace_arg(text: str) -> str:
+    """KIND:PATH with a known kind and a file that is there (refused by argparse: exit 2)."""
+    kind, sep, path = text.partition(":")
+    if not sep or kind not in TRACE_KINDS:
+        raise argparse.ArgumentTypeError(f"must start with {' or '.join(k + ':' for k in TRACE_KINDS)}, not {text!r}")
+    if not Path(path).exists():  # a kv-cache-tester archive may be an unpacked folder
+        raise argparse.ArgumentTypeError(f"{path}: no such file or folder")
+    return text
+
+
 def build_parser(prog: str = "kvtier replay") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--trace", required=True, help="kv-cache-tester:PATH.tgz or mooncake:PATH.jsonl")
+    p.add_argument("--trace", required=True, type=trace_arg, help="kv-cache-tester:PATH.tgz or mooncake:PATH.jsonl")
     p.add_argument("--out", required=True, help="a new folder for the records (refused if it exists, unless --resume)")
     p.add_argument("--resume", action="store_true", help="continue the unpinned run in --out after its last answered request")
     p.add_argument("--sessions", type=A.COUNT, default=8, help="kv-cache-tester: conversations replayed, in file order")
@@ -146,14 +156,19 @@ def host_record(facts: dict, software: dict, started: dt.datetime | None, ended:
 def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     s = Scaling(scale=a.scale, compress=a.compress, vocab_size=a.vocab_size, max_tokens_cap=a.max_tokens_cap, seed=a.seed)
-    turns = schedule(a, s)
+    if a.fixed_order and a.resume:
+        print("error: a --fixed-order stream is sent whole by one launch: no --resume (use a new --out)", file=sys.stderr)
+        return 2
+    try:
+        turns = schedule(a, s)
+    except RawRecordError as e:  # the trace: not what its kind says (names the file and line)
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     limit = a.prompt_limit or a.max_model_len
     try:
         turns, over = limit_prompts(turns, limit, a.over_limit)
-    except ValueError as e:
-        raise SystemExit(f"error: {e}") from None
-    if a.fixed_order and a.resume:
-        print("error: a --fixed-order stream is sent whole by one launch: no --resume (use a new --out)", file=sys.stderr)
+    except ValueError as e:  # --over-limit refuse, and a prompt over it: the options, not the run, are wrong
+        print(f"error: {e}", file=sys.stderr)
         return 2
     try:
         out = claim(a.out, resume=a.resume, flag="--out")  # before any server: a new folder, or an unpinned run resumed
