@@ -29,7 +29,7 @@ import os
 import secrets
 import socket
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Mapping
 
 from .errors import ManifestError, RawRecordError, capped_lines
 from .manifest import add_entries, read_manifest

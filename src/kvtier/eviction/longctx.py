@@ -33,7 +33,7 @@ from typing import Any, Iterable
 import yaml
 
 from ..records.evictionrun import run_status
-from ..runfolder import pin_new, resolve_id
+from ..runfolder import pin_new, resolve_id, run_files
 from ..serving.server import PreflightError
 from .. import cliargs as A
 from ..yamlio import load_yaml
@@ -231,7 +231,7 @@ def drive(cfg: dict[str, Any], run: str, resume: bool, only: Iterable[int] | Non
         rc = subprocess.run(argv).returncode
         if rc == 0 and status(folder) == "complete":
             if pin:
-                pin_new(sorted(p for p in folder.rglob("*") if p.is_file()), "measured",
+                pin_new(run_files(folder), "measured",
                         f"long-context eviction-test records of {cfg['setup']}/{folder.name} (kvtier.eviction.longctx)")
         else:
             failed += 1

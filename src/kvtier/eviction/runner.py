@@ -95,7 +95,7 @@ def resume_differences(meta: dict[str, Any], plan: Plan, static: dict[str, Any])
     if recorded:
         now = asdict(plan)
         given = now.pop("evictors")
-        out += differences({k: recorded.get(k) for k in now}, now)
+        out += differences(recorded, {k: v for k, v in now.items() if k in recorded})  # a field older runs lack: not recorded
         if given is None and recorded.get("evictors_from") == "given":
             out.append(f"evictors: recorded {recorded.get('evictors')!r} (given), now derived from the KV cache")
         elif given is not None and (recorded.get("evictors_from") != "given" or recorded.get("evictors") != given):

@@ -264,7 +264,8 @@ def run_launches(root: str | Path, plan: CyclicPlan, spec_for: Callable[[str], S
             folder = root / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{setup}"
             extra = {"launch": {"series": root.name, "setup_launch": i, "of": launches, "position": k, "positions": len(order),
                                 "order": [s for _, s in order]}}
-            files += run(folder, replace(plan, setups=[setup]), spec_for, progress, health_timeout_s, extra, request_timeout_s)
+            files += run(folder, replace(plan, setups=[setup]), spec_for, progress, health_timeout_s, extra,
+                         request_timeout_s=request_timeout_s)
     return files
 
 
