@@ -82,7 +82,7 @@ def test_a_trickling_answer_is_stopped_at_the_deadline(call: str) -> None:
              "metrics": c.metrics_text}[call]()
         took = time.monotonic() - t0
         c.close()
-    assert 5.5 < took < 9, took
+    assert 5.5 < took < 15, took  # the server would go on for 25 s
     assert s.trickled >= 8  # the bytes did arrive, one at a time
 
 
@@ -373,12 +373,14 @@ def test_kvtier_replay_resume_drops_a_cut_last_client_line(tmp_path: Path) -> No
     trace = mooncake_trace(tmp_path / "m.jsonl")
     with SocketVllm() as s:
         s.fault, s.fail_at = "error_json", 3
-        kvtier(replay_cli(trace, s.url, tmp_path / "out", "--served-model-name", "fake"), tmp_path)
+        # one worker: the turns are sent, and logged, in their order (the third fails)
+        kvtier(replay_cli(trace, s.url, tmp_path / "out", "--served-model-name", "fake", "--workers", "1"), tmp_path)
         s.fault = None
         log = tmp_path / "out" / "client.jsonl"
         lines = log.read_text().splitlines()
         log.write_text("\n".join(lines[:2]) + "\n" + lines[2][:30])  # the third line, cut
-        done = kvtier(replay_cli(trace, s.url, tmp_path / "out", "--served-model-name", "fake", "--resume"), tmp_path)
+        done = kvtier(replay_cli(trace, s.url, tmp_path / "out", "--served-model-name", "fake", "--workers", "1", "--resume"),
+                      tmp_path)
     assert done.returncode == 0, done.stderr
     assert f"{log}:3: the last line was cut in the middle of a write" in done.stderr, done.stderr
     assert [json.loads(x)["status"] for x in log.read_text().splitlines()] == ["ok", "ok", "ok"]

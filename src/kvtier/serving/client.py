@@ -49,8 +49,8 @@ class ServingClient:
 
     `timeout_s` bounds the wait for each byte; `deadline_s` bounds a whole call (streamed or not),
     checked as each chunk of bytes arrives, so a server that only sends keep-alive comments, or one
-    byte at a time and never a newline, cannot hold a run forever (no read waits past it either). `api_key` is sent as a
-    bearer token (vLLM's --api-key).
+    byte at a time and never a newline, cannot hold a run forever (no read waits past it either).
+    `api_key` is sent as a bearer token (vLLM's --api-key).
     """
 
     def __init__(self, base_url: str, model: str | None = None, timeout_s: float = 600.0, connect_timeout_s: float = 10.0,
@@ -86,12 +86,7 @@ class ServingClient:
         t0 = time.perf_counter()
         try:
             with self.http.stream(method, path, timeout=self._read_timeout(), **kw) as streamed:
-                body = bytearray()
-                for chunk in streamed.iter_bytes():
-                    body += chunk
-                    if time.perf_counter() - t0 > self.deadline_s:
-                        raise RequestFailed(f"{method} {path}: no complete answer within the {self.deadline_s:g} s deadline "
-                                            f"({len(body)} bytes received)")
+                body = self._body(streamed, method, path, t0)
                 headers = [(k, v) for k, v in streamed.headers.multi_items()
                            if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]  # body is decoded
                 r = httpx.Response(streamed.status_code, headers=headers, content=bytes(body), request=streamed.request)
@@ -104,6 +99,16 @@ class ServingClient:
         if r.status_code >= 400:
             raise RequestFailed(f"{method} {path}: HTTP {r.status_code}: {r.text[:300]}")
         return r
+
+    def _body(self, r: httpx.Response, method: str, path: str, t0: float) -> bytes:
+        """A response's whole (decoded) body, read chunk by chunk against the deadline."""
+        body = bytearray()
+        for chunk in r.iter_bytes():
+            body += chunk
+            if time.perf_counter() - t0 > self.deadline_s:
+                raise RequestFailed(f"{method} {path}: no complete answer within the {self.deadline_s:g} s deadline "
+                                    f"({len(body)} bytes received)")
+        return bytes(body)
 
     def _listed(self) -> list[str]:
         try:
@@ -143,8 +148,10 @@ class ServingClient:
         return {"requested": self.requested, "listed": self.listed, "used": self.model}
 
     def healthy(self) -> bool:
+        """/health answers 200 (its status only: a body that never ends cannot hold the caller)."""
         try:
-            return self.http.get("/health", timeout=5.0).status_code == 200
+            with self.http.stream("GET", "/health", timeout=5.0) as r:
+                return r.status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -183,13 +190,13 @@ class ServingClient:
         try:
             with self.http.stream("POST", path, json=body, timeout=self._read_timeout()) as r:
                 if r.status_code >= 400:
-                    r.read()
-                    raise RequestFailed(f"POST {path}: HTTP {r.status_code}: {r.text[:300]}")
+                    text = self._body(r, "POST", path, t0).decode("utf-8", "replace")
+                    raise RequestFailed(f"POST {path}: HTTP {r.status_code}: {text[:300]}")
                 kind = r.headers.get("content-type", "").split(";")[0].strip().lower()
                 if kind != "text/event-stream":
-                    r.read()
-                    raise RequestFailed(f"POST {path}: HTTP {r.status_code} {_error_of(r.text) or 'but not an event stream'} "
-                                        f"(content-type {kind or 'none'}): {r.text[:200]!r}")
+                    text = self._body(r, "POST", path, t0).decode("utf-8", "replace")
+                    raise RequestFailed(f"POST {path}: HTTP {r.status_code} {_error_of(text) or 'but not an event stream'} "
+                                        f"(content-type {kind or 'none'}): {text[:200]!r}")
                 for n_line, line in enumerate(sse_lines(r.iter_text(), lambda got: self._check_deadline(path, t0, got)), 1):
                     now = time.perf_counter() - t0
                     if first_byte is None:
@@ -244,7 +251,6 @@ class ServingClient:
                                 f"{'without a finish reason' if finish is None else 'before data: [DONE]'}: a cut answer")
         return StreamResult(ttft, first_chunk, first_byte, time.perf_counter() - t0, "".join(parts), finish, usage,
                             logprobs=logprobs, chunk_s=chunk_times)
-
 
     def _check_deadline(self, path: str, t0: float, got: tuple[int, str]) -> None:
         """Called as each chunk of bytes arrives, not only when a line completes: a server that
