@@ -294,6 +294,9 @@ def _launch(a: argparse.Namespace, s: Scaling, turns: list[Turn], over: object, 
         print(f"{e or 'interrupted'}; the client log in {out} keeps every answered request; rerun with --resume to resume",
               file=sys.stderr)
         return 143 if isinstance(e, Terminated) else 130
+    except SystemExit as e:  # a check that stops the launch with its message (no block size in the scrape)
+        _failed(out, meta, str(e.code))
+        raise
     except Exception as e:  # anything else: a failed run with its reason, never one left running
         _failed(out, meta, f"{type(e).__name__}: {e}")
         raise
