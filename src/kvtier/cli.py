@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 from types import ModuleType
 
 from .errors import ManifestError
@@ -53,9 +54,21 @@ def _manifest(argv: list[str]) -> int:
         checked = manifest.verify_tree(args.raw_dir, args.manifest)
         print(f"{len(checked)} raw files match {args.manifest}")
     else:
+        _pinnable(args.paths)
         manifest.add_entries(args.paths, args.klass, args.description, args.manifest, new_only=args.new_only)
         print(f"pinned {len(args.paths)} file(s) in {args.manifest}")
     return 0
+
+
+def _pinnable(paths: list[str]) -> None:
+    """`manifest add` pins files that are there: none given, a missing path or a folder is refused."""
+    if not paths:
+        raise ManifestError("add: name the files to pin")
+    for p in paths:
+        if Path(p).is_dir():
+            raise ManifestError(f"add: {p}: is a folder; pin its files (e.g. {p.rstrip('/')}/*), never the folder")
+        if not Path(p).is_file():
+            raise ManifestError(f"add: {p}: no such file")
 
 
 def _manifest_parser(prog: str = "kvtier manifest") -> argparse.ArgumentParser:
@@ -123,12 +136,19 @@ def main(argv: list[str] | None = None) -> int:
         except ManifestError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:  # --manifest or --raw-dir not there
+            print(f"error: {e.strerror}: {e.filename}", file=sys.stderr)
+            return 2
     # the module's own main, with the arguments after the subcommand (what `python -m` gives it)
     if command in COMMANDS:
         module, rest = COMMANDS[command][0], argv[1:]
     else:
         module, rest = GROUPS[command][1][args.kvtier_subcommand][0], argv[2:]
-    return int(_module(module).main(rest) or 0)
+    try:
+        return int(_module(module).main(rest) or 0)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:  # a path given that is not there
+        print(f"error: {e.strerror}: {e.filename}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -24,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from .. import cliargs as A
+
 NO_GPU = 3
 OFFLOAD_CONFIG_INFO = "vllm:kv_offload_config_info"  # kvtier.records.vllm's name of it (a test checks)
 GEOMETRY_LABELS = ("cpu_kv_cache_size_bytes", "cpu_kv_cache_size_tokens", "cpu_num_chunks")
@@ -134,11 +136,11 @@ def measure(per_block: int, blocks: int, repeats: int, allow_cpu: bool) -> dict[
 
 def build_parser(prog: str = "kvtier device bandwidth") -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--metrics", default="raw/production/C/metrics.prom", help="where the pool geometry is read")
-    ap.add_argument("--bytes-per-token", type=float, help="instead of --metrics")
-    ap.add_argument("--block-tokens", type=int, default=1600)
-    ap.add_argument("--blocks", type=int, default=32, help="blocks copied per repeat")
-    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--metrics", default="raw/production/C/metrics.prom", type=A.existing_file, help="where the pool geometry is read")
+    ap.add_argument("--bytes-per-token", type=A.POSITIVE, help="instead of --metrics")
+    ap.add_argument("--block-tokens", type=A.COUNT, default=1600)
+    ap.add_argument("--blocks", type=A.COUNT, default=32, help="blocks copied per repeat")
+    ap.add_argument("--repeats", type=A.integer(3), default=5)
     ap.add_argument("--allow-cpu", action="store_true", help="no GPU: copy host->host instead of refusing (tests)")
     ap.add_argument("--out", help="JSON file to write (default: stdout)")
     return ap
