@@ -38,6 +38,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from . import cliargs as A
+
 REPO = Path(__file__).resolve().parents[2]
 GPU_ENV = "envs/vllm-gpu.yaml"
 GPU_LOCK = "requirements/vllm-gpu.txt"
@@ -387,7 +389,7 @@ def default_cache() -> Path:
 def build_parser(prog: str = "kvtier gpuenv") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("check", choices=["closure", "symbols"])
-    p.add_argument("--lock", default=str(REPO / GPU_LOCK))
+    p.add_argument("--lock", type=A.existing_file, default=str(REPO / GPU_LOCK))
     p.add_argument("--cache", type=Path, default=None, help="symbol tables (default $KVTIER_WHEEL_CACHE or ~/.cache/kvtier/gpu-symbols)")
     return p
 
