@@ -34,7 +34,7 @@ LONG = Path("raw/eviction/longctx/2026-12-02T01-34-30Z-214a-32k-2-native")
 NAMES_WITHOUT_MOVING = {
     # counts and verdicts over the file: how many launches, cycles, restores, codes; which were
     # evicted, flagged, valid, passed the logprob check; whole blocks (a count of a quotient)
-    "count": re.compile(r"(launches\w*|earlier_\w+|all_flagged|cycles\w*|restores\w*|restored_\w+|excluded_runs|"
+    "count": re.compile(r"(launches\w*|earlier_\w+|all_flagged|cycles\w*|restores\w*|restored_\w+|recomputed_\w+|excluded_runs|"
                         r"runs_per_setup|codes_per_conversation|logprobs?[._](checked|passed|failed|same_compute|positions)|"
                         r"logprob_failed|\.n|blocks_moved|blocks_served|sizes|size\.\d+\.tokens|points)$"),
     # geometry: stated by several sources and cross-checked (records.geometry), so it cannot move alone

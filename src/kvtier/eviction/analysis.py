@@ -431,7 +431,13 @@ def _cpu_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setup: str
             rows = reqs[reqs.run.isin(kept.run).to_numpy()]
             cold, hit, rest = (rows[(rows.phase == ph).to_numpy()].sort_values(["run", "cycle"]) for ph in ("cold", "hit", "restore"))
             rest = rest[(rest["round"] == 1).to_numpy()]
+            # with a tier, a request after eviction the pool served nothing to was recomputed: not a restore
+            after = rest
+            rest = rest[ck.restored_from_pool(after, str(tier))]
         writer.add(p + "launches_used", T(_count(kept, "started")), "count")
+        if tier != "none":
+            writer.add(p + "restores_recomputed", T(lambda: int((~ck.restored_from_pool(after, str(tier))).sum())), "requests",
+                       note="requests after eviction that took no tokens from the pool: reported, out of the restore medians")
         writer.add(p + "cycles", T(lambda: int(kept.cycles.sum())), "count", note="cycles of the launches kept, pooled")
         writer.add(p + "cycles_per_launch", T(lambda: int(kept.cycles.min())), "count")
         for name_, frame in (("cold", cold), ("hit", hit), ("restore", rest)):
