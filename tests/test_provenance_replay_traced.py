@@ -155,9 +155,9 @@ NAMED_NOT_MOVED: dict[str, dict[re.Pattern[str], str]] = {k: {re.compile(p): why
 def _numbers() -> dict[str, dict]:
     dirs = [str(ROOT / r) for r in RUNS]
     out: dict[str, dict] = {}
-    runs = curve.analyse(dirs, C["load_threshold"], C["steal_threshold"])
+    runs = curve.analyse(dirs, CFG["load_rule"]["max_load_per_cpu"], C["steal_threshold"])
     w = NumbersWriter("curve", "test", ["everything"])
-    curve.register_numbers(w, runs, C["load_threshold"], C["steal_threshold"])
+    curve.register_numbers(w, runs, CFG["load_rule"]["max_load_per_cpu"], C["steal_threshold"])
     curve.register_timing(w, runs)
     _, record, table = curvecheck.predict(runs, CF["fit_offload_gib"], tuple(CF["prompt_edges"]), CF["service_bins"],
                                           CFG["coldread"]["above_last"], CFG["counterfactual"]["think_time"],
@@ -538,7 +538,7 @@ def test_the_gpu_tier_does_not_see_the_pool(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_settings_name_no_record_and_the_fit_never_sees_the_other_sizes(before: dict) -> None:
-    for key in ("curve.load_threshold", "curve.cf.goal_points", "curve.percentile.low", "sweepcpu.near_blocks", "curve.runs"):
+    for key in ("curve.max_load_per_cpu", "curve.cf.goal_points", "curve.percentile.low", "sweepcpu.near_blocks", "curve.runs"):
         assert before[key]["inputs"] == [], key
     fitted = {p for p in before["curve.cf.model.think_median"]["inputs"]}
     assert fitted and all("pool-0.03125" in p for p in fitted), sorted(fitted)  # the fitted size's records alone

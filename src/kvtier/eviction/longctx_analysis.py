@@ -106,6 +106,9 @@ def size_table(reqs: pd.DataFrame, runs: pd.DataFrame, max_load_per_cpu: float) 
         row.put("wall_s_min", lambda: float(kept.wall_s.min()) if len(kept) else math.nan)
         row.put("wall_s_max", lambda: float(kept.wall_s.max()) if len(kept) else math.nan)
         row.put("load1_median_max", lambda: float(pd.to_numeric(grp.load1_median, errors="coerce").max()))
+        with quiet():
+            kept_out = grp[grp.load_flagged.to_numpy()]
+        row.put("flagged_loads", lambda: [float(v) for v in kept_out.load1_median])  # each launch kept out, with its load
         row.put("logprob_checked", lambda: len(lp.logprob_passed))
         row.put("logprob_passed", lambda: int((lp.logprob_passed == True).sum()))  # noqa: E712
         row.put("logprob_same_compute", lambda: int((lp.logprob_same_compute == True).sum()))  # noqa: E712
@@ -175,6 +178,9 @@ def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, table:
             for f in SPREAD_FIELDS:
                 if pd.notna(getattr(row, f"{name}_{f}")):
                     writer.add(f"{p}{name}.{f}", v(f"{name}_{f}", int if f == "n" else float), "count" if f == "n" else unit)
+        for j, _ in enumerate(row.flagged_loads):
+            writer.add(p + f"flagged.{j}.load1_median", T(lambda: float(one.flagged_loads.iloc[0][j])), "x",
+                       note="median 1-minute load over the launch's samples, above the threshold (the load rule)")
         if pd.notna(row.wall_s_median):
             writer.add(p + "wall_s.median", v("wall_s_median"), "s")
             writer.add(p + "wall_s.min", v("wall_s_min"), "s")
@@ -212,6 +218,11 @@ def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, table:
         writer.add("longctx.control_ratio_max", T(lambda: float(control.ratio_max.max())), "x")
     writer.add("longctx.logprob_failed", T(lambda: int((table.logprob_checked - table.logprob_passed).sum())), "count")
     writer.add("longctx.max_load_per_cpu", max_load_per_cpu, "x", inputs=[])
+    with quiet():
+        cpus = pd.to_numeric(runs.cpus, errors="coerce").dropna()
+    if len(cpus):
+        writer.add("longctx.load_threshold", T(lambda: float(max_load_per_cpu * pd.to_numeric(runs.cpus).max())), "x",
+                   note="the load rule's threshold on this host: max_load_per_cpu x the CPUs")
     gfit = T(lambda: power_fit(*zip(*[(r.prompt_tokens, r.ttft_s) for r in read_coldreads(coldread_table)])))
     writer.add("longctx.fit.gpu.exponent", gfit["exponent"], "x", note="the same fit to the note's timed cold reads (setup C)")
     writer.add("longctx.fit.gpu.points", gfit["points"], "count")

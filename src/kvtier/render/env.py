@@ -23,6 +23,7 @@ from markupsafe import Markup
 
 from ..classes import modelled_by, own_class
 from ..numbers import Number
+from ..replica.choices import generator_choice
 from . import formats
 
 # Each class of number has its own mark, the same in HTML, print and Markdown (a glyph, so it
@@ -175,6 +176,8 @@ class Renderer:
             marks=MARKS,
             mark_words=MARK_WORDS,
             replica=lambda *nums: self.record_class(*nums) == "replica",
+            # a value a replica record holds that the original does not state (kvtier.replica.choices)
+            generator_choice=lambda num: generator_choice(num.key) if self.record_class(num) == "replica" else "",
             said=self.said,
             breakable=breakable,
             placeholder=self.placeholder,
