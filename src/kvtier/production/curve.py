@@ -173,6 +173,10 @@ def register_numbers(writer: Any, runs: list[CurveRun], max_load_per_cpu: float,
     add("curve.steal_max", lambda: max(x.load.steal_mean for x in runs), "fraction")
     add("curve.exact", lambda: int(sum(int(x.result.table.agrees.sum()) for x in runs)), "requests")
     add("curve.requests_all", lambda: int(sum(len(x.result.run.requests) for x in runs)), "requests")
+    # one request of each size's stream: with one request in flight the launches of a size send and
+    # (if the server is deterministic) get the same, so the repeats are copies of these outcomes
+    add("curve.requests_distinct", lambda: int(sum(len(g[0].result.run.requests) for g in groups)), "requests",
+        note="requests of one launch per size: the distinct outcomes the launches repeat")
     add("curve.max_load_per_cpu", lambda: float(max_load_per_cpu), "x", settings=True,
         note="the load rule: median 1-minute load per CPU above which a run is flagged (docs/LOAD-RULE.md)")
     add("curve.load_threshold", lambda: loadrule.threshold(max_load_per_cpu, max(x.load.cpus or 0 for x in runs)), "count",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -278,4 +279,17 @@ class Renderer:
                       "in the claims report.\n")
 
     def render(self, template: str, **ctx: Any) -> str:
-        return self.env.get_template(template).render(**ctx)
+        return collapse_degenerate_ranges(self.env.get_template(template).render(**ctx))
+
+
+# A range whose two ends print the same, "(384 s–384 s)": one value, or values identical in every
+# launch, which a range would show as evidence of agreement (issue 34, item 2). It prints as
+# "(no spread)"; a text that knows why (a deterministic stream) says so in words itself.
+_SAME_MD = re.compile(r"\(([^()\n–<>]+?)–\1\)")
+_SAME_HTML = re.compile(r'\(<a class="num[^"]*"[^>]*>((?:(?!</a>).)*)</a>–<a class="num[^"]*"[^>]*>\1</a>\)')
+NO_SPREAD = "(no spread)"
+
+
+def collapse_degenerate_ranges(text: str) -> str:
+    """Every "(x–x)" of a rendered page, in Markdown or with the HTML's linked numbers, as "(no spread)"."""
+    return _SAME_MD.sub(NO_SPREAD, _SAME_HTML.sub(NO_SPREAD, text))
