@@ -35,14 +35,15 @@ def test_a_degenerate_range_collapses_and_a_real_one_stays() -> None:
 
 def test_deterministic_streams_are_said_and_counted(built_repo: Path) -> None:
     r = load_registry(sorted((built_repo / "results/numbers").glob("*.json")))
-    note = (built_repo / "paper/note.md").read_text(encoding="utf-8")
+    marks = str.maketrans("", "", "●△◇◈")
+    note = (built_repo / "paper/note.md").read_text(encoding="utf-8").translate(marks)
     distinct = int(r["curve.requests_distinct"].value)
     # recomputed here: one launch's requests at every size (the stream sends the same turns at each)
     assert distinct == int(r["curve.requests"].value) * int(r["curve.sizes"].value)
     assert int(r["curve.requests_all"].value) == distinct * int(r["curve.repeats_min"].value)  # 2,520 = 3 x 840
     assert "the stream is deterministic" in note and f"{f.count(distinct)}" in note
-    assert "identical in all launches of a size" in note
-    lab = (built_repo / "paper/lab.md").read_text(encoding="utf-8")
+    assert "the launches of a size identical" in note
+    lab = (built_repo / "paper/lab.md").read_text(encoding="utf-8").translate(marks)
     lab_distinct = int(r["lablm.requests_distinct"].value)
     assert int(r["lablm.requests"].value) == 3 * lab_distinct  # 279 = 3 x 93: three launches of each setup
     assert f"these are {f.count(lab_distinct)}" in lab and "identical in all three launches" in lab

@@ -473,7 +473,7 @@ def _cpu_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setup: str
             out = group[group.load_flagged.to_numpy()]
         for j in range(len(out)):  # each launch kept out, shown with the load that put it out (the load rule)
             one = out.iloc[[j]]
-            writer.add(p + f"flagged.{j}.load1_median", T(lambda: float(one.load1_median.iloc[0])), "x",
+            writer.add(p + f"flagged.{j}.load", T(lambda: float(one.load1_median.iloc[0])), "x",
                        note="median 1-minute load over the launch's samples, above the threshold")
         # every launch above the threshold: the medians are over all of them, and say so (all_flagged)
         writer.add(p + "all_flagged", T(lambda: int(group[(~group.load_flagged).to_numpy()].empty)), "count",

@@ -179,7 +179,7 @@ def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, table:
                 if pd.notna(getattr(row, f"{name}_{f}")):
                     writer.add(f"{p}{name}.{f}", v(f"{name}_{f}", int if f == "n" else float), "count" if f == "n" else unit)
         for j, _ in enumerate(row.flagged_loads):
-            writer.add(p + f"flagged.{j}.load1_median", T(lambda: float(one.flagged_loads.iloc[0][j])), "x",
+            writer.add(p + f"flagged.{j}.load", T(lambda: float(one.flagged_loads.iloc[0][j])), "x",
                        note="median 1-minute load over the launch's samples, above the threshold (the load rule)")
         if pd.notna(row.wall_s_median):
             writer.add(p + "wall_s.median", v("wall_s_median"), "s")

@@ -182,7 +182,7 @@ def register_numbers(writer: Any, runs: list[CurveRun], max_load_per_cpu: float,
     add("curve.load_threshold", lambda: loadrule.threshold(max_load_per_cpu, max(x.load.cpus or 0 for x in runs)), "count",
         note="the load rule's threshold on this host: max_load_per_cpu x host.yaml's CPUs")
     for i, x in enumerate(x for x in runs if x.flagged):  # each launch kept out, with what put it out
-        add(f"curve.flagged_run.{i}.load1_median", lambda: x.load.load1_median, "count")
+        add(f"curve.flagged_run.{i}.load", lambda: x.load.load1_median, "count")
         add(f"curve.flagged_run.{i}.pool_tokens", lambda: x.result.run.pool_tokens, "tokens")
         add(f"curve.flagged_run.{i}.steal_mean", lambda: x.load.steal_mean, "fraction")
     add("curve.steal_threshold", lambda: float(steal_threshold), "fraction", settings=True,

@@ -286,10 +286,16 @@ class Renderer:
 # launch, which a range would show as evidence of agreement (issue 34, item 2). It prints as
 # "(no spread)"; a text that knows why (a deterministic stream) says so in words itself.
 _SAME_MD = re.compile(r"\(([^()\n–<>]+?)–\1\)")
-_SAME_HTML = re.compile(r'\(<a class="num[^"]*"[^>]*>((?:(?!</a>).)*)</a>–<a class="num[^"]*"[^>]*>\1</a>\)')
+_SAME_HTML = re.compile(r'\(<a class="num[^"]*" href="[^"]*#n-([^"]+)"[^>]*>((?:(?!</a>).)*)</a>–'
+                        r'<a class="num[^"]*" href="[^"]*#n-([^"]+)"[^>]*>\2</a>\)')
 NO_SPREAD = "(no spread)"
+
+
+def _no_spread_html(m: re.Match[str]) -> str:
+    # the range's two keys stay on the page (render.spreads reads them): the spread was computed, and is none
+    return f'(<span class="no-spread" data-keys="{html.escape(m.group(1))} {html.escape(m.group(3))}">no spread</span>)'
 
 
 def collapse_degenerate_ranges(text: str) -> str:
     """Every "(x–x)" of a rendered page, in Markdown or with the HTML's linked numbers, as "(no spread)"."""
-    return _SAME_MD.sub(NO_SPREAD, _SAME_HTML.sub(NO_SPREAD, text))
+    return _SAME_MD.sub(NO_SPREAD, _SAME_HTML.sub(_no_spread_html, text))
