@@ -30,7 +30,11 @@ def test_a_degenerate_range_collapses_and_a_real_one_stays() -> None:
     assert collapse_degenerate_ranges("1.18 s (1.13 s–1.24 s)") == "1.18 s (1.13 s–1.24 s)"
     linked = ('(<a class="num measured" href="p#n-a.min" title="a">38.3%<span class="mk">●</span></a>–'
               '<a class="num measured" href="p#n-a.max" title="b">38.3%<span class="mk">●</span></a>)')
-    assert collapse_degenerate_ranges(linked) == NO_SPREAD
+    # the HTML keeps the range's two keys, for the spreads check (render.spreads)
+    assert collapse_degenerate_ranges(linked) == '(<span class="no-spread" data-keys="a.min a.max">no spread</span>)'
+    from kvtier.render.spreads import missing_spreads
+    median = '<a class="num measured" href="p#n-a.median">38.3%</a> '
+    assert missing_spreads(f"<p>{median}{collapse_degenerate_ranges(linked)}</p>") == []
 
 
 def test_deterministic_streams_are_said_and_counted(built_repo: Path) -> None:
