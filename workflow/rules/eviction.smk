@@ -42,7 +42,8 @@ rule eviction_numbers:
     params:
         table_setups=EVICT["table_setups"],
         cpu_setup=EVICT["cpu_setup"],
-        max_load_per_cpu=EVICT.get("max_load_per_cpu", 3.0),
+        max_load_per_cpu=config["load_rule"]["max_load_per_cpu"],
+        host_links={s: c["host_link"] for s, c in EVICT["setups"].items() if "host_link" in c},
         n_files=len(EVICT_RECORDS),
     log:
         "logs/eviction_numbers.log",
@@ -138,7 +139,7 @@ if LONGCTX_RECORDS:
             svg="figures/longctx.svg",
         params:
             table_setups=EVICT["table_setups"],
-            max_load_per_cpu=EVICT.get("max_load_per_cpu", 3.0),
+            max_load_per_cpu=config["load_rule"]["max_load_per_cpu"],
             n_files=len(LONGCTX_RECORDS),
         log:
             "logs/longctx_numbers.log",

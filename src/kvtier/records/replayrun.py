@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
 import numpy as np
 
+from .. import loadrule
 from ..errors import ARCHIVE_ERRORS, RawRecordError, archive_error, csv_rows
 from . import vllm as V
 from .clientlog import client_lines, read_client_log
@@ -101,11 +102,15 @@ class ServerShape(FieldTouching):
 class Load(FieldTouching):
     """host_series.csv: the host's load over the run (the first sample's CPU shares cover no interval)."""
 
-    FILES: ClassVar[dict[str, tuple[str, ...]]] = {k: (HOST_SERIES,) for k in ("load1_mean", "load1_max", "steal_mean", "samples")}
+    FILES: ClassVar[dict[str, tuple[str, ...]]] = {**{k: (HOST_SERIES,) for k in ("load1_mean", "load1_max", "steal_mean", "samples",
+                                                                               "load1_median")},
+                                                   "cpus": (HOST_YAML,)}
     load1_mean: float
     load1_max: float
     steal_mean: float
     samples: int
+    load1_median: float = math.nan  # over every sample: the one load rule's statistic (kvtier.loadrule)
+    cpus: int | None = None  # host.yaml's host.cpus: the rule's threshold is per CPU
     root: Path = field(default=Path("."), repr=False, compare=False)
 
     def _folder(self) -> Path:
@@ -316,7 +321,27 @@ def read_load(path: str | Path) -> Load:
         load.append(vals["load1"])
         if k:
             steal.append(vals["steal_share"])
-    return Load(float(np.mean(load)), max(load), float(np.mean(steal)), len(rows), path.parent)
+    median = loadrule.median_load(load)
+    cpus, summary = _host_summary(path.parent / HOST_YAML)
+    if summary:  # what the monitor wrote beside the samples: over every sample but the first, rounded
+        later = load[1:]
+        loadrule.check_summary(summary.get("load1_mean"), sum(later) / len(later), 3, path.parent / HOST_YAML, path,
+                               "host.yaml's host.series.load1_mean")
+        loadrule.check_summary(summary.get("load1_max"), max(later), 2, path.parent / HOST_YAML, path,
+                               "host.yaml's host.series.load1_max")
+    return Load(float(np.mean(load)), max(load), float(np.mean(steal)), len(rows), median, cpus, path.parent)
+
+
+def _host_summary(host_yaml: Path) -> tuple[int | None, dict[str, Any]]:
+    """host.yaml's CPU count and its load series summary (empty where the run has no host.yaml)."""
+    from ..yamlio import load_yaml
+
+    if not host_yaml.is_file():
+        return None, {}
+    touch(host_yaml)
+    host = (load_yaml(host_yaml.read_text(encoding="utf-8")) or {}).get("host") or {}
+    cpus = host.get("cpus")
+    return (int(cpus) if isinstance(cpus, int) else None), dict(host.get("series") or {})
 
 
 def read_sent(path: str | Path, client_log: str | Path | None = None) -> dict[tuple[int, int], tuple[int, np.ndarray]]:
