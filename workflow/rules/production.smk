@@ -104,7 +104,7 @@ rule production_capture_cpu_run:
 
 rule production_capture_cpu:
     message:
-        "Capture written to {params.out}; point production.setups.cpu at it to analyse it"
+        "Capture written to {params.out} and pinned; point production.setups.cpu at it, and list it in sweep.runs in place of the capture there, to analyse it"
     input:
         f"results/experiments/production_capture_cpu_{RUN_ID}.done",
     params:
