@@ -11,7 +11,6 @@ the files under raw/ that nobody pinned. A pinned path is a plain relative path 
 from __future__ import annotations
 
 import csv
-import fcntl
 import hashlib
 import os
 import stat
@@ -294,6 +293,8 @@ def locked(manifest: str | Path) -> Iterator[None]:
     locks `kvtier manifest add` runs from (the analysis and test locks; only the GPU lock pulls it in,
     through torch), and flock is all it would do here on POSIX. The lock file stays (removing it
     would race a waiter holding the old inode); it is git-ignored and is not a record."""
+    import fcntl  # POSIX; imported here so reading and verifying the manifest need none of it
+
     path = lock_path(manifest)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
