@@ -49,7 +49,9 @@ GROUPS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
 def _manifest(argv: list[str]) -> int:
     from . import manifest
 
-    args = _manifest_parser().parse_args(argv)
+    # intermixed: options may follow the paths, or stand between them (`add --new-only $(find ...) --class C`,
+    # as the experiment rules write it); plain parse_args would have filled the paths before --new-only
+    args = _manifest_parser().parse_intermixed_args(argv)
     if args.action == "verify":
         checked = manifest.verify_tree(args.raw_dir, args.manifest)
         print(f"{len(checked)} raw files match {args.manifest}")
@@ -128,9 +130,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(argv).parse_args(argv)  # --help and usage errors, from the tree
-    command = args.kvtier_command
-    if command == "manifest":
+    if argv[:1] == ["manifest"]:  # its own parser, intermixed (argparse's subparsers cannot be)
         try:
             return _manifest(argv[1:])
         except ManifestError as e:
@@ -139,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:  # --manifest or --raw-dir not there
             print(f"error: {e.strerror}: {e.filename}", file=sys.stderr)
             return 2
+    args = build_parser(argv).parse_args(argv)  # --help and usage errors, from the tree
+    command = args.kvtier_command
     # the module's own main, with the arguments after the subcommand (what `python -m` gives it)
     if command in COMMANDS:
         module, rest = COMMANDS[command][0], argv[1:]

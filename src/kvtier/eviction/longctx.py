@@ -20,6 +20,7 @@ so no finished prefill is sent again.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import shlex
@@ -188,7 +189,6 @@ def ensure_model(cfg: dict[str, Any], s: Sizing) -> Path:
 
 def _positions(model: Path) -> int | None:
     cfg = model / "config.json"
-    import json
     return int(json.loads(cfg.read_text())["max_position_embeddings"]) if cfg.exists() else None
 
 
@@ -267,6 +267,8 @@ def build_parser(prog: str = "kvtier longctx") -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", choices=["plan", "run"])
     ap.add_argument("--config", default="config/config.yaml", type=A.existing_file)
+    ap.add_argument("--settings", help="the experiments.longctx section itself, as JSON (what the rule passes, with "
+                                       "snakemake's --config overrides in it); instead of reading --config")
     ap.add_argument("--run-id", default="auto", type=A.name, help="the run (auto: a new id); with --resume, the run to continue")
     ap.add_argument("--resume", action="store_true")
     ap.add_argument("--sizes", type=A.COUNT, nargs="*", help="only these conversation lengths (as configured)")
@@ -278,9 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     a = ap.parse_args(argv)
     try:
-        cfg = load_config(a.config)
+        cfg = json.loads(a.settings) if a.settings else load_config(a.config)
     except ValueError as e:  # the YAML reader's errors name the file and line; a missing section, the file
-        ap.error(f"--config {e}")
+        ap.error(f"--{'settings' if a.settings else 'config'} {e}")
     if a.resume and a.run_id == "auto":
         ap.error("--resume needs the --run-id of the run to continue")
     unknown = sorted(set(a.sizes or []) - set(configured_sizes(cfg)))
