@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -31,6 +32,44 @@ from . import formats
 MARKS = {"measured": "●", "modelled": "△", "replica": "◇", "part-replica": "◈"}
 MARK_WORDS = {"measured": "measured here", "modelled": "modelled (computed by a model or simulator)",
               "replica": "replica records only", "part-replica": "partly replica records"}
+
+# Where each document is written (paper/<file>.html, .md): a cross-page reference names the document.
+DOC_FILES = {"note": "note", "validation": "validation", "valpool": "validation-pool",
+             "valinputs": "validation-inputs", "lab": "lab"}
+
+
+# The companion pages' tables and figures, in reading order, each with the page it is on: a
+# label's number is its place here (Table V4 is the fourth table), so numbers never collide
+# across pages (the note's Table 5 is not the validation page's) and a reordered section is
+# renumbered here, in one place. Templates name a table or figure by key: ref("table", "sweep").
+SERIES: dict[str, dict[str, tuple[tuple[str, str], ...]]] = {
+    "V": {
+        "table": (("evict-cpu", "validation"), ("prod-cpu", "validation"), ("longctx", "validation"),
+                  ("sweep", "validation-pool"), ("sweep-fit", "validation-pool"), ("sweep-cal", "validation-pool"),
+                  ("curve", "validation-pool"), ("model-curve", "validation-pool"), ("model-params", "validation-pool")),
+        "figure": (("prod-cpu", "validation"), ("longctx", "validation"), ("sweep", "validation-pool"),
+                   ("curve", "validation-pool"), ("model", "validation-pool")),
+    },
+    "L": {
+        "table": (("lab-live", "lab"), ("lab-lmcache", "lab")),
+        "figure": (("lab-ttft", "lab"), ("lab-live", "lab")),
+    },
+}
+
+
+def numbered(kind: str, key: str) -> tuple[str, str]:
+    """('Table V4', 'validation-pool'): a table's or figure's label and the page it is on."""
+    for series, kinds in SERIES.items():
+        for i, (k, page) in enumerate(kinds.get(kind, ()), 1):
+            if k == key:
+                return f"{kind.capitalize()} {series}{i}", page
+    raise KeyError(f"no {kind} {key!r} in kvtier.render.env.SERIES")
+
+
+def anchor_of(label: str) -> str:
+    """The id of a numbered table or figure: 'Table V3' -> 'table-v3', 'Figure 1a' -> 'figure-1a'."""
+    return "-".join(str(label).lower().split())
+
 
 # Markdown's active characters, written as character references so the converter shows them
 # as text (a reference is never markup). `_` is left alone: it is common in paths, and
@@ -136,13 +175,14 @@ class Renderer:
     def __init__(self, templates: str | Path, registry: dict[str, Number], mode: str,
                  figures: dict[str, str] | None = None, context: dict[str, Any] | None = None,
                  figure_base: str = "../figures", classes: dict[str, frozenset[str]] | None = None,
-                 prov_href: str = "", marks: bool = True):
+                 prov_href: str = "", marks: bool = True, page: str = ""):
         if mode not in ("md", "html"):
             raise ValueError(mode)
         self.mode = mode
         self.registry = registry
         self.classes = classes or {}
         self.prov_href = prov_href
+        self.page = page  # the file stem this pass renders (note, validation-pool): ref() links elsewhere
         self.marks = marks
         self.figures = figures or {}
         self.figure_base = figure_base
@@ -176,6 +216,8 @@ class Renderer:
             mark_words=MARK_WORDS,
             replica=lambda *nums: self.record_class(*nums) == "replica",
             said=self.said,
+            xref=self.xref,
+            ref=self.ref,
             breakable=breakable,
             placeholder=self.placeholder,
             mode=mode,
@@ -243,6 +285,19 @@ class Renderer:
         return {"measured": "measured", "replica": "in the replica records", "published": "as published"}.get(
             self.record_class(*numbers), "recorded")
 
+    def ref(self, kind: str, key: str) -> Markup | str:
+        """A numbered table's or figure's label (SERIES); a link where it is on another page."""
+        label, page = numbered(kind, key)
+        if page == self.page:
+            return label
+        return self.xref(label, page)
+
+    def xref(self, label: str, doc: str) -> Markup:
+        """A link to a numbered table or figure of another document, landing on it (not on the
+        page's top); a reference on the same page is linked after rendering (link_references)."""
+        page = f"{DOC_FILES.get(doc, doc)}.{'html' if self.mode == 'html' else 'md'}"
+        return Markup(f"[{escape_untrusted(label)}]({page}#{anchor_of(label)})")
+
     def has(self, prefix: str) -> bool:
         """True once an analysis has registered numbers under this prefix: the prefix is one of
         the registry's dotted groups (found once, by the Namespace), not a scan of every key."""
@@ -261,11 +316,13 @@ class Renderer:
             plain = plain.replace(mark, "")
         if self.mode == "md":
             return Markup(f"![{escape_untrusted_md(plain)}]({self.figure_base}/{path.name})\n\n{caption}\n")
+        label = re.match(r"\*\*(Figure [VL]?\d+[a-z]?)\.", str(caption))
         caption = Markup(markdown.markdown(caption).removeprefix("<p>").removesuffix("</p>"))
         mime = {".svg": "image/svg+xml", ".png": "image/png"}[path.suffix]
         data = base64.b64encode(path.read_bytes()).decode()
+        fid = anchor_of(label.group(1)) if label else name
         return Markup(
-            f'<figure id="{name}"><img alt="{html.escape(plain)}" src="data:{mime};base64,{data}">'
+            f'<figure id="{fid}" data-figure="{name}"><img alt="{html.escape(plain)}" src="data:{mime};base64,{data}">'
             f"<figcaption>{caption}</figcaption></figure>\n"
         )
 
