@@ -28,10 +28,13 @@ from . import formats
 
 # Each class of number has its own mark, the same in HTML, print and Markdown (a glyph, so it
 # survives print, colour-vision deficiencies and plain text); settings and published values
-# copied as records carry none. The legend is `MARK_LEGEND`, printed once per document.
-MARKS = {"measured": "●", "modelled": "△", "replica": "◇", "part-replica": "◈"}
+# copied as records carry none. A reader learns four signs in all: these three and the
+# highlight of text added by this artifact (macros.md.j2's legend, printed once per document):
+# a number that rests on replica records only in part carries the replica mark too, and the
+# class is shown by the glyph alone (no colour or underline of its own).
+MARKS = {"measured": "●", "modelled": "△", "replica": "◇", "part-replica": "◇"}
 MARK_WORDS = {"measured": "measured here", "modelled": "modelled (computed by a model or simulator)",
-              "replica": "replica records only", "part-replica": "partly replica records"}
+              "replica": "replica records only", "part-replica": "rests in part on replica records"}
 
 # Where each document is written (paper/<file>.html, .md): a cross-page reference names the document.
 DOC_FILES = {"note": "note", "validation": "validation", "valpool": "validation-pool",
