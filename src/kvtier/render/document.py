@@ -209,7 +209,8 @@ def render_document(
     return hr.used
 
 
-_CAPTIONED_TABLE = re.compile(r"<p>(<strong>(Table [^<]*?)\.?</strong>.*?)</p>((?:\s*<table>.*?</table>)+)", re.S)
+_CAPTIONED_TABLE = re.compile(
+    r"<p>(<strong>(Table [^<]*?|Claim status)\.?</strong>.*?)</p>((?:\s*(?:<p>\([a-z]\)</p>\s*)?<table>.*?</table>)+)", re.S)
 
 
 def keep_captions_with_tables(body: str) -> str:
@@ -219,7 +220,38 @@ def keep_captions_with_tables(body: str) -> str:
     (`table-v3`), so a reference to it lands on it."""
     return _CAPTIONED_TABLE.sub(
         lambda m: f'<figure class="table" id="{anchor_of(m.group(2))}"><figcaption>{m.group(1)}</figcaption>\n'
-                  f'<div class="scroll">{m.group(3)}</div></figure>', body)
+                  f'<div class="scroll">{set_cpu_apart(m.group(3))}</div></figure>', body)
+
+
+_TABLE = re.compile(r"<table>.*?</table>", re.S)
+_ROW = re.compile(r"<tr>(.*?)</tr>", re.S)
+_CELL = re.compile(r"<(t[hd])([^>]*)>(.*?)</\1>", re.S)
+
+
+def set_cpu_apart(html_tables: str) -> str:
+    """A column headed by vLLM's CPU build beside a GPU setup's is set apart (class cpu-apart: a
+    double rule before it), so its figures never read as one row with the GPU's (issue 34); the
+    caption says why they are not comparable."""
+    def one(table: str) -> str:
+        rows = _ROW.findall(table)
+        if not rows:
+            return table
+        head = [re.sub(r"<[^>]+>", "", c[2]) for c in _CELL.findall(rows[0])]
+        apart = {i for i, h in enumerate(head) if "CPU build" in h} if any(
+            re.search(r"\bsetup [AC]\b|GPU|production", h, re.I) for h in head) else set()
+        if not apart:
+            return table
+
+        def row(m: re.Match[str]) -> str:
+            cells = list(_CELL.finditer(m.group(1)))
+            out = m.group(1)
+            for i in sorted(apart, reverse=True):
+                if i < len(cells):
+                    c = cells[i]
+                    out = out[:c.start()] + f'<{c.group(1)} class="cpu-apart"{c.group(2)}>{c.group(3)}</{c.group(1)}>' + out[c.end():]
+            return f"<tr>{out}</tr>"
+        return _ROW.sub(row, table)
+    return _TABLE.sub(lambda m: one(m.group(0)), html_tables)
 
 
 # "Table 1", "Table V3", "Figure 1a", "Figure L2": a reference to a numbered table or figure.
