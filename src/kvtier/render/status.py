@@ -37,9 +37,8 @@ class Group:
             return "reproduced from measured records"
         if self.measured:
             return "partly reproduced from measured records"
-        if self.replica:
-            return "replica only; not attempted here: needs a GPU"
-        return "published values or settings only"
+        what = "replica only" if self.replica >= self.published else "published values only"
+        return f"{what}; not attempted here: needs a GPU"
 
 
 def claim_status(claims: list[Any], ledger: dict) -> dict[str, Any]:
