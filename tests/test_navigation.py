@@ -98,7 +98,7 @@ def test_the_legend_explains_every_sign_once_per_page(built_repo: Path, pages: d
         legend = text[text.index("Four signs"):][:700]
         for sign in marks_of(page) - {"added highlight"}:
             assert sign in legend, (name, sign)
-        assert "over the launches" in legend, name  # the one meaning of a range
+        assert "lowest–highest over the launches" in legend, name  # the one meaning of a range
         assert text.count("Four signs") == 1, name
 
 

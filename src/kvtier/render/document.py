@@ -210,7 +210,7 @@ def render_document(
 
 
 _CAPTIONED_TABLE = re.compile(
-    r"<p>(<strong>(Table [^<]*?|Claim status)\.?</strong>.*?)</p>((?:\s*(?:<p>\([a-z]\)</p>\s*)?<table>.*?</table>)+)", re.S)
+    r"<p>(<strong>(Table [^<]*?|Claim status)\.?</strong>.*?)</p>((?:\s*(?:<p>\([a-z]\)(?:(?!</p>).)*</p>\s*)?<table>.*?</table>)+)", re.S)
 
 
 def keep_captions_with_tables(body: str) -> str:

@@ -295,11 +295,14 @@ class Renderer:
             return label
         return self.xref(label, page)
 
-    def xref(self, label: str, doc: str) -> Markup:
+    def xref(self, label: str, doc: str, caption: bool = False) -> Markup | str:
         """A link to a numbered table or figure of another document, landing on it (not on the
-        page's top); a reference on the same page is linked after rendering (link_references)."""
+        page's top); a reference on the same page is linked after rendering (link_references).
+        caption=True: plain text for a caption string given to figure(), which a Markup would
+        escape as it is joined to it."""
         page = f"{DOC_FILES.get(doc, doc)}.{'html' if self.mode == 'html' else 'md'}"
-        return Markup(f"[{escape_untrusted(label)}]({page}#{anchor_of(label)})")
+        link = f"[{escape_untrusted(label)}]({page}#{anchor_of(label)})"
+        return link if caption else Markup(link)
 
     def has(self, prefix: str) -> bool:
         """True once an analysis has registered numbers under this prefix: the prefix is one of
