@@ -49,7 +49,8 @@ SERIES: dict[str, dict[str, tuple[tuple[str, str], ...]]] = {
     "V": {
         "table": (("evict-cpu", "validation"), ("prod-cpu", "validation"), ("longctx", "validation"),
                   ("sweep", "validation-pool"), ("sweep-fit", "validation-pool"), ("sweep-cal", "validation-pool"),
-                  ("curve", "validation-pool"), ("model-curve", "validation-pool"), ("model-params", "validation-pool")),
+                  ("curve", "validation-pool"), ("model-curve", "validation-pool"), ("model-params", "validation-pool"),
+                  ("inputs", "validation-inputs")),
         "figure": (("prod-cpu", "validation"), ("longctx", "validation"), ("sweep", "validation-pool"),
                    ("curve", "validation-pool"), ("model", "validation-pool")),
     },
