@@ -55,7 +55,7 @@ SERIES: dict[str, dict[str, tuple[tuple[str, str], ...]]] = {
                    ("curve", "validation-pool"), ("model", "validation-pool")),
     },
     "L": {
-        "table": (("lab-live", "lab"), ("lab-lmcache", "lab")),
+        "table": (("lab-results", "lab"), ("lab-live", "lab"), ("lab-lmcache", "lab"), ("lab-inputs", "lab")),
         "figure": (("lab-ttft", "lab"), ("lab-live", "lab")),
     },
 }
