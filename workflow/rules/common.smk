@@ -76,6 +76,11 @@ def document_figures(wildcards):
 
 def documents(wildcards):
     """Each document's template, title and the names of the figures it may embed."""
-    figures = {"note": sorted(FIGURES), "validation": sorted(FIGURES), "valpool": sorted(FIGURES),
-               "valinputs": [], "lab": sorted(LAB_FIGURES)}
+    figures = {
+        "note": sorted(FIGURES),
+        "validation": sorted(FIGURES),
+        "valpool": sorted(FIGURES),
+        "valinputs": [],
+        "lab": sorted(LAB_FIGURES),
+    }
     return {name: {**doc, "figures": figures[name]} for name, doc in DOCUMENTS.items()}
