@@ -127,9 +127,9 @@ def documents_digest(plan: CyclicPlan) -> str:
 
 
 def _recorded_env(spec: ServerSpec) -> dict[str, str]:
-    """The server's settings that live in its environment (LMCache's config, the hash seed)."""
-    keep = {"PYTHONHASHSEED"} if spec.tier == "lmcache" else set()
-    return {k: v for k, v in spec.environment().items() if k.startswith("LMCACHE_") or k in keep}
+    """The server's settings that live in its environment (LMCache's config, the hash seed, which
+    every arm now shares); the rest of what it was given is in `settings` (ServerSpec.settings)."""
+    return {k: v for k, v in spec.environment().items() if k.startswith("LMCACHE_") or k == "PYTHONHASHSEED"}
 
 
 def write_run(out: Path, plan: CyclicPlan, specs: dict[str, ServerSpec], rows: list[W.RequestRow], extra: dict | None = None) -> None:
@@ -141,7 +141,7 @@ def write_run(out: Path, plan: CyclicPlan, specs: dict[str, ServerSpec], rows: l
         "passes": list(PASSES), "concurrency": 1, "max_tokens": plan.max_tokens,
         "setups": {s: {"args": redact_argv(spec.command()[3:]), "tier": spec.tier, "platform": spec.platform,
                        "offload_gib": spec.offload_gib, "offload_block_tokens": spec.offload_block_tokens if spec.tier == "native" else None,
-                       "env": _recorded_env(spec)}
+                       "env": _recorded_env(spec), "settings": spec.settings()}
                    for s, spec in specs.items()},
         **(extra or {}),
     }
