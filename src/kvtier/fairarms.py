@@ -19,7 +19,7 @@ import argparse
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from .errors import RawRecordError
 from .records.serversettings import Setting, from_launch, from_log
@@ -97,6 +97,19 @@ def finding(diffs: Sequence[Difference], limit: int = 3) -> str:
     shown = "; ".join(str(d) for d in diffs[:limit])
     more = f"; and {len(diffs) - limit} more" if len(diffs) > limit else ""
     return shown + more
+
+
+def register(writer: Any, prefix: str, arms: Sequence[Arm]) -> list[Difference]:
+    """`<prefix>.fair` (1: every arm shares its recorded settings apart from the tier; 0: the
+    comparison is refused, its note the finding, naming each setting and both files) and
+    `<prefix>.settings_differ` (how many settings differ). Their inputs: the files the settings
+    were read from (run.yaml, server.log), so the page's sentence traces to them."""
+    diffs = check(arms)
+    files = sorted({s.file for a in arms for s in a.settings.values()} | {a.folder + "/run.yaml" for a in arms
+                                                                          if Path(a.folder, "run.yaml").is_file()})
+    writer.add(f"{prefix}.fair", int(not diffs), "count", inputs=files, note=finding(diffs))
+    writer.add(f"{prefix}.settings_differ", len(diffs), "count", inputs=files, note=finding(diffs))
+    return diffs
 
 
 def _meta(run_yaml: Path) -> dict:
