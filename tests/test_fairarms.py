@@ -177,3 +177,31 @@ def test_cli_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["arms", str(LM)]) == 1
     err = capsys.readouterr().err
     assert "env PYTHONHASHSEED" in err and "20261201T223827Z-vllm" in err
+
+
+def test_process_cpu_seconds_reads_the_servers_process_group(tmp_path: Path) -> None:
+    from kvtier.lab.cyclic import process_cpu_seconds
+
+    tick = os.sysconf("SC_CLK_TCK")
+    for pid, name, pgrp, ut, st in ((10, "vllm", 10, 20, 5), (11, "VLLM::EngineCor", 10, 3 * tick, tick),
+                                     (12, "other job", 99, 1000, 0)):
+        (tmp_path / str(pid)).mkdir()
+        # fields after the name: state ppid pgrp session tty tpgid flags minflt cminflt majflt cmajflt utime stime
+        (tmp_path / str(pid) / "stat").write_text(f"{pid} ({name}) S 1 {pgrp} {pgrp} 0 -1 0 0 0 0 0 {ut} {st} 0 0\n")
+    got = process_cpu_seconds(10, proc=tmp_path)
+    assert got == {"VLLM::EngineCor (11)": 4.0, "vllm (10)": round(25 / tick, 2)}
+
+
+def test_the_lab_records_each_setups_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvtier.lab import cyclic
+    from kvtier.yamlio import load_yaml
+
+    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
+    specs = {s: spec(cyclic.TIER_OF_SETUP[s]) for s in ("vllm", "lmcache")}
+    cyclic.write_run(tmp_path, cyclic.CyclicPlan(setups=list(specs)), specs, [])
+    meta = load_yaml((tmp_path / "run.yaml").read_text())
+    for s in specs:
+        assert meta["setups"][s]["settings"]["env"]["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0"
+        assert meta["setups"][s]["env"]["PYTHONHASHSEED"] == "0"  # every arm's seed, not LMCache's alone
+    arms = fairarms.lab_arms(tmp_path)
+    assert fairarms.check(arms) == []

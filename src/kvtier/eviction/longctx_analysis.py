@@ -191,9 +191,9 @@ def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, table:
         if {"native", "none"} <= set(tiers):
             nat, ctl = tiers["native"], tiers["none"]
             p = f"longctx.{size_key(size)}."
-            writer.add(p + "cold_native_over_none", T(lambda: float(nat.cold_median.iloc[0]) / float(ctl.cold_median.iloc[0])), "x",  # noqa: B023
+            writer.add(p + "cold_reads.native_over_none", T(lambda: float(nat.cold_median.iloc[0]) / float(ctl.cold_median.iloc[0])), "x",  # noqa: B023
                        note="the native-tier server's median cold read over the control's")
-            writer.add(p + "cold_native_apart", T(lambda: abs(float(nat.cold_median.iloc[0]) / float(ctl.cold_median.iloc[0]) - 1)),  # noqa: B023
+            writer.add(p + "cold_reads.apart", T(lambda: abs(float(nat.cold_median.iloc[0]) / float(ctl.cold_median.iloc[0]) - 1)),  # noqa: B023
                        "fraction", note="how far apart the two servers' median cold reads are, as a share of the control's")
             for tier, one in (("native", nat), ("none", ctl)):
                 writer.add(p + f"{tier}.load1_median_max", T(lambda: float(one.load1_median_max.iloc[0])), "load",  # noqa: B023

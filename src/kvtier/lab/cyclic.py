@@ -154,6 +154,28 @@ def _doc_tokens(rows: list[W.RequestRow]) -> int | list[int]:
     return lengths[0] if len(lengths) == 1 else lengths
 
 
+def process_cpu_seconds(pgid: int, proc: Path = Path("/proc")) -> dict[str, float]:
+    """CPU seconds (user + system) each process of a server's process group has used so far, by
+    process name (API server, engine core, worker): taken before and after the passes, the
+    difference says where a setup's time went (a scheduler busy-waiting beside the worker's
+    OpenMP threads on the same cores shows here, not in the timings alone). Linux /proc only."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    out: dict[str, float] = {}
+    for d in proc.iterdir() if proc.is_dir() else []:
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:  # exited meanwhile
+            continue
+        name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        if int(fields[2]) != pgid:  # field 5 of stat: the process group
+            continue
+        key = f"{name} ({d.name})"
+        out[key] = round((int(fields[11]) + int(fields[12])) / tick, 2)
+    return dict(sorted(out.items()))
+
+
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
@@ -201,6 +223,7 @@ def run(out: str | Path, plan: CyclicPlan, spec_for: Callable[[str], ServerSpec]
         preflight(spec)
     docs = documents(plan)
     rows: list[dict] = []
+    cpu: dict[str, dict] = {}  # per setup: CPU seconds of each server process over the passes
     from ..eviction.host import host_info, versions
 
     host = host_info()  # before the servers: its load_average_start is the load at the start
@@ -212,9 +235,15 @@ def run(out: str | Path, plan: CyclicPlan, spec_for: Callable[[str], ServerSpec]
             with VllmServer(spec, log) as server:
                 server.wait_healthy(health_timeout_s)
                 with ServingClient(server.url, spec.served_name) as client:
+                    before = process_cpu_seconds(server.proc.pid) if server.proc else {}
+                    t0 = time.monotonic()
                     rows += run_passes(client, setup, plan, docs, out / setup / "metrics", progress)
+                    after = process_cpu_seconds(server.proc.pid) if server.proc else {}
+                    cpu[setup] = {"wall_s": round(time.monotonic() - t0, 2),
+                                  "processes": {k: round(v - before.get(k, 0.0), 2) for k, v in after.items()}}
             redact.scrub_file(log, redact.secret_values(spec.command(), spec.env))  # vLLM echoes its arguments
     write_run(out, plan, specs, rows, {"started_utc": started, "ended_utc": utc_now(), "load": load.record(),
+                                       "server_cpu_s": cpu,
                                        "host": host, "versions": versions(next(iter(specs.values())).vllm_bin),
                                        **(extra or {})})
     return sorted(p for p in out.rglob("*") if p.is_file())
@@ -312,6 +341,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.pin:
         pin_new(files, "measured", f"Lab cyclic-access run recorded by kvtier.lab.cyclic ({', '.join(plan.setups)})")
+    if len(setups) > 1:  # the arms' recorded settings, compared as the analysis will (kvtier.fairarms)
+        from .. import fairarms
+
+        folders = sorted({p.parent for p in files if p.name == "run.yaml"})
+        print(f"arms: {fairarms.finding(fairarms.check(fairarms.arms_of(folders)))}")
     print(f"wrote {len(files)} files under {args.out}")
     return 0
 
