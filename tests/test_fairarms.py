@@ -205,3 +205,14 @@ def test_the_lab_records_each_setups_settings(tmp_path: Path, monkeypatch: pytes
         assert meta["setups"][s]["env"]["PYTHONHASHSEED"] == "0"  # every arm's seed, not LMCache's alone
     arms = fairarms.lab_arms(tmp_path)
     assert fairarms.check(arms) == []
+
+
+def test_the_eviction_harness_records_the_settings_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kvtier.harness import launched_server_meta
+
+    monkeypatch.delenv("VLLM_CPU_NUM_OF_RESERVED_CPU", raising=False)
+    monkeypatch.setenv("LMCACHE_REMOTE_URL", "lm://user:hunter2@host")  # a tier variable holding a secret-looking value
+    meta = launched_server_meta(spec("native", env={"OMP_API_TOKEN": "tok-secret"}))
+    settings = meta["settings"]
+    assert settings["env"]["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0" and settings["env"]["PYTHONHASHSEED"] == "0"
+    assert "tok-secret" not in json.dumps(meta) and "hunter2" not in json.dumps(meta)
