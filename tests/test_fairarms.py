@@ -216,3 +216,10 @@ def test_the_eviction_harness_records_the_settings_redacted(monkeypatch: pytest.
     settings = meta["settings"]
     assert settings["env"]["VLLM_CPU_NUM_OF_RESERVED_CPU"] == "0" and settings["env"]["PYTHONHASHSEED"] == "0"
     assert "tok-secret" not in json.dumps(meta) and "hunter2" not in json.dumps(meta)
+
+
+def test_a_folder_that_is_not_a_run_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from kvtier.cli import main
+
+    assert main(["arms", str(tmp_path)]) == 2
+    assert str(tmp_path) in capsys.readouterr().err
