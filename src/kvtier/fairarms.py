@@ -26,6 +26,10 @@ from .records.serversettings import Setting, from_launch, from_log
 from .yamlio import load_yaml
 
 NOT_RECORDED = "not recorded"
+RESERVED = "reserved cores (vLLM's reserve_cpu_num)"
+OMP_CORES = "OpenMP cores of worker 0"
+CPU_SETTINGS = ("reserved cores", "OpenMP", "torch threads", "CPUs allowed", "env VLLM_CPU_", "env OMP_", "env KMP_",
+                "env GOMP_")
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,16 @@ def register(writer: Any, prefix: str, arms: Sequence[Arm]) -> list[Difference]:
                                                                           if Path(a.folder, "run.yaml").is_file()})
     writer.add(f"{prefix}.fair", int(not diffs), "count", inputs=files, note=finding(diffs))
     writer.add(f"{prefix}.settings_differ", len(diffs), "count", inputs=files, note=finding(diffs))
+    # the CPU settings alone (reserved cores, OpenMP binding and threads, the CPUs allowed): where
+    # they are the same in every arm, what they were, for the page to say so with the finding
+    cpu = [d for d in diffs if d.setting.startswith(CPU_SETTINGS)]
+    writer.add(f"{prefix}.cpu_equal", int(not cpu), "count", inputs=files, note=finding(cpu))
+    reserved, cores = (arms[0].settings.get(k) for k in (RESERVED, OMP_CORES))
+    if not cpu and reserved is not None and cores is not None:
+        writer.add(f"{prefix}.cpu.reserved_cores", int(reserved.value), "count", inputs=sorted({a.file(RESERVED) for a in arms}),
+                   note="vLLM's reserve_cpu_num, the same in every arm's log")
+        writer.add(f"{prefix}.cpu.omp_cores", len([c for c in cores.value.split(",") if c]), "count",
+                   inputs=sorted({a.file(OMP_CORES) for a in arms}), note="the worker's OpenMP cores, the same in every arm's log")
     return diffs
 
 
