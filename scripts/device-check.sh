@@ -3,7 +3,7 @@
 # H200 in mind), within 8 minutes, from nothing but this checkout (and a wheelhouse, see below).
 #   1. plan     check the options, name a NEW run folder (raw/device-check/<UTC time>-<random>)
 #   2. install  a venv .venv-device with the whole hashed GPU lock requirements/vllm-gpu.txt
-#               (vLLM 0.33.0, LMCache 0.5.6, torch 2.14.0 and its CUDA 13 wheels; CPython 3.12,
+#               (vLLM 0.32.0, LMCache 0.5.6, torch 2.13.0 and its CUDA 13 wheels; CPython 3.12,
 #               Linux x86_64, glibc >= 2.31); it sees the machine's own packages, so a torch
 #               already there at the locked version is used as it is
 #   3. model    the tiny random-weight Llama of kvtier.tinymodel in its "gpu" geometry
@@ -13,10 +13,13 @@
 #   6. summary  summary.md and summary.json in the run folder; exit 0 only if every check passed
 # The machine needs no network only if it gets the packages another way: KVTIER_WHEELHOUSE=dir
 # installs offline from a folder of wheels (fill one where PyPI is reachable with
-# scripts/wheelhouse.sh dir; about 5 GB, mostly torch and the nvidia-* wheels). Without it, pip
+# scripts/wheelhouse.sh dir; about 4.1 GB, mostly torch, vLLM and the nvidia-* wheels). Without it, pip
 # reads PyPI, and fails within the time limit where there is no network. KVTIER_VLLM_BIN=path
 # (or --skip-install with .venv-device there) uses a GPU environment that exists instead.
 # KVTIER_PYTHON picks the interpreter the venv is made from (default python3; it must be 3.12).
+# --bandwidth-only: step 4 alone, with the machine's own Python and PyTorch (KVTIER_PYTHON, default
+# python3; any CUDA build of torch): no install, no vLLM, no model, no network, no wheelhouse; within
+# 3 minutes (plan.sh, gpu.txt, bandwidth.json and bandwidth.log in the run folder).
 # Options: scripts/device-check.sh --help. --dry-run prints the plan and stops.
 # Exit status: 0 every check passed; 1 a check failed (summary.md says which); 2 bad options or
 # environment; 3 no GPU; 4 install or model build failed; 124 past the time limit (8 minutes).
@@ -44,11 +47,32 @@ if ! command -v nvidia-smi >/dev/null || ! gpus=$(nvidia-smi -L 2>&1); then
   echo "device-check: no NVIDIA GPU here (nvidia-smi -L failed); nothing measured, no run folder made" >&2
   exit 3
 fi
+if [ "$BANDWIDTH_ONLY" = 1 ]; then
+  # nothing but PyTorch: kvtier.device.bandwidth imports torch, the standard library and kvtier.device
+  "$PY" -c 'import torch' 2>/dev/null || {
+    echo "device-check: --bandwidth-only needs PyTorch in $PY (set KVTIER_PYTHON to a Python that has it); no run folder made" >&2
+    exit 2; }
+  "$PY" -c 'import torch, sys; sys.exit(not torch.cuda.is_available())' || {
+    echo "device-check: torch in $PY sees no CUDA device (a CPU build of torch, or a driver too old for it?); no run folder made" >&2
+    exit 3; }
+fi
 mkdir -p "$(dirname "$RUN_DIR")"
 mkdir "$RUN_DIR"  # fails if it appeared since the plan: a check never writes into an existing folder
 printf '%s\n' "$plan_text" > "$RUN_DIR/plan.sh"
 printf '%s\n' "$gpus" > "$RUN_DIR/gpu.txt"
 step "run folder $RUN_DIR"
+
+if [ "$BANDWIDTH_ONLY" = 1 ]; then
+  step "copy bandwidth only: bandwidth.json"
+  budget
+  rc=0
+  PYTHONPATH=src timeout "$LEFT" "$PY" -m kvtier.device.bandwidth --blocks "$BANDWIDTH_BLOCKS" \
+    --block-tokens "$BLOCK_TOKENS" --out "$RUN_DIR/bandwidth.json" 2> "$RUN_DIR/bandwidth.log" || rc=$?
+  cat "$RUN_DIR/bandwidth.log" >&2
+  [ "$rc" = 0 ] || echo "device-check: the bandwidth measurement exited $rc (see $RUN_DIR/bandwidth.log)" >&2
+  step "done in ${SECONDS}s: $RUN_DIR"
+  exit "$rc"
+fi
 
 if [ -n "${KVTIER_VLLM_BIN:-}" ]; then
   VPY=$(dirname "$KVTIER_VLLM_BIN")/python

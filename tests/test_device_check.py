@@ -1,10 +1,11 @@
 """scripts/device-check.sh's CPU-testable parts: the shell syntax, the plan (argument parsing, the
-new run folder, the harness arguments read back by kvtier harness's own parser), the bandwidth
-script's arithmetic and its refusal / CPU fallback without a GPU, and the summary writer on fake
-records. The GPU parts (install, vLLM on CUDA, the copies themselves) run only on a GPU host."""
+new run folder, the harness arguments read back by kvtier harness's own parser, --bandwidth-only),
+the bandwidth script's arithmetic, its geometry reader, its imports (torch and the standard library
+only) and its refusal / CPU fallback without a GPU, and the summary writer on fake records. The GPU parts (install, vLLM on CUDA, the copies themselves) run only on a GPU host."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 import shutil
@@ -20,7 +21,8 @@ from kvtier.device import bandwidth, plan, summary
 from kvtier.harness import build_parser as harness_parser
 
 REPO = Path(__file__).resolve().parent.parent
-SCRIPTS = ["scripts/device-check.sh", "scripts/wheelhouse.sh", "envs/vllm-gpu.post-deploy.sh"]
+SCRIPTS = ["scripts/device-check.sh", "scripts/wheelhouse.sh", "envs/vllm-gpu.post-deploy.sh", *sorted(
+    str(p.relative_to(REPO)) for p in (REPO / "scripts").glob("*.sh") if p.name not in ("device-check.sh", "wheelhouse.sh"))]
 TORCH_PY = VLLM_BIN.with_name("python")  # the CPU vLLM venv has torch (the test lock has not)
 
 
@@ -60,6 +62,30 @@ def test_plan_refuses_an_existing_run_folder(tmp_path: Path, capsys: pytest.Capt
     with pytest.raises(SystemExit):
         plan.make_plan(["--out", str(tmp_path), "--run-id", "taken"])
     assert "exists" in capsys.readouterr().err
+
+
+def test_plan_bandwidth_only_has_its_own_limit_and_no_harness(tmp_path: Path) -> None:
+    p = plan.make_plan(["--out", str(tmp_path), "--bandwidth-only"])
+    assert p.bandwidth_only and p.time_limit_s == plan.BANDWIDTH_ONLY_LIMIT_S == 180  # under 3 minutes
+    text = plan.shell_text(p, "m")
+    assert "BANDWIDTH_ONLY=1" in text and "HARNESS_ARGS=()" in text
+    assert plan.make_plan(["--out", str(tmp_path), "--bandwidth-only", "--time-limit-s", "90",
+                           "--bandwidth-blocks", "8", "--block-tokens", "800"]).time_limit_s == 90
+    full = plan.make_plan(["--out", str(tmp_path)])
+    assert not full.bandwidth_only and full.time_limit_s == 480 and "BANDWIDTH_ONLY=0" in plan.shell_text(full, "m")
+
+
+@pytest.mark.parametrize("args,named", [
+    (["--cycles", "3"], "--cycles"),                     # even at its default: given, so refused
+    (["--skip-install"], "--skip-install"),
+    (["--offload-gib", "2", "--port", "9000"], "--offload-gib, --port"),
+])
+def test_plan_bandwidth_only_refuses_the_eviction_tests_options(tmp_path: Path, args: list[str], named: str,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        plan.make_plan(["--out", str(tmp_path), "--bandwidth-only", *args])
+    assert e.value.code == 2
+    assert f"--bandwidth-only measures the copy alone: {named} belong to the eviction test" in capsys.readouterr().err
 
 
 def test_kv_bytes_per_token_is_the_gpu_models() -> None:
@@ -107,6 +133,76 @@ def test_script_dry_run_and_refusals_touch_nothing(tmp_path: Path) -> None:
         assert none.returncode == 3 and "no NVIDIA GPU" in none.stderr and not out.exists()
 
 
+def _stand_in_gpu(tmp_path: Path) -> Path:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: stand-in (UUID: GPU-0)'\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    return bin_dir
+
+
+def test_script_bandwidth_only_dry_run_and_refusals(tmp_path: Path) -> None:
+    out = tmp_path / "runs"
+    dry = _script("--out", str(out), "--bandwidth-only", "--dry-run")
+    assert dry.returncode == 0, dry.stderr
+    assert "BANDWIDTH_ONLY=1" in dry.stdout and "TIME_LIMIT_S=180" in dry.stdout and not out.exists()
+    bad = _script("--out", str(out), "--bandwidth-only", "--cycles", "5")
+    assert bad.returncode == 2 and "belong to the eviction test" in bad.stderr
+    # a GPU (stand-in) but no PyTorch in the Python given: refused before any folder is made
+    env = {"PATH": f"{_stand_in_gpu(tmp_path)}:/usr/bin:/bin", "KVTIER_PYTHON": sys.executable, "HOME": str(tmp_path)}
+    if importlib.util.find_spec("torch") is None:
+        done = subprocess.run(["bash", str(REPO / "scripts/device-check.sh"), "--out", str(out), "--bandwidth-only"],
+                              capture_output=True, text=True, env=env, timeout=60)
+        assert done.returncode == 2 and "needs PyTorch in" in done.stderr and not out.exists(), done.stderr
+
+
+@pytest.mark.vllm
+def test_script_bandwidth_only_uses_the_machines_torch_and_nothing_else(tmp_path: Path) -> None:
+    """With the CPU vLLM venv's Python as the machine's (torch, CPU build) and a stand-in
+    nvidia-smi, --bandwidth-only gets as far as torch's CUDA check: no install, no vLLM (the
+    environment names none), no network, stopped with exit 3 before any folder is made."""
+    if not TORCH_PY.exists():
+        pytest.skip(f"no torch: {TORCH_PY} is missing (scripts/setup-vllm-cpu.sh)")
+    out = tmp_path / "runs"
+    env = {"PATH": f"{_stand_in_gpu(tmp_path)}:/usr/bin:/bin", "KVTIER_PYTHON": str(TORCH_PY), "HOME": str(tmp_path),
+           "CUDA_VISIBLE_DEVICES": ""}
+    done = subprocess.run(["bash", str(REPO / "scripts/device-check.sh"), "--out", str(out), "--bandwidth-only"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 3 and "sees no CUDA device" in done.stderr, done.stderr
+    assert not out.exists() and not (REPO / ".venv-device").exists()
+
+
+def test_bandwidth_imports_nothing_but_torch_and_the_standard_library() -> None:
+    """Statically (kvtier.gpuenv's walk of every import, function-level ones too): the bandwidth
+    step needs torch and the standard library, and of kvtier only kvtier.device."""
+    from kvtier.gpuenv import import_closure
+
+    c = import_closure(["kvtier.device.bandwidth"], REPO / "src")
+    assert set(c.external) == {"torch"}, c.external
+    assert c.modules == {"kvtier", "kvtier.device", "kvtier.device.bandwidth"}
+
+
+@pytest.mark.vllm
+def test_bandwidth_run_loads_nothing_but_torch_and_the_standard_library(tmp_path: Path) -> None:
+    """At run time: the modules a whole --allow-cpu measurement loads beyond `import torch`'s
+    are the standard library's and kvtier.device's (the geometry read from the record included)."""
+    if not TORCH_PY.exists():
+        pytest.skip(f"no torch: {TORCH_PY} is missing (scripts/setup-vllm-cpu.sh)")
+    code = ("import sys, json; import torch; base = set(sys.modules)\n"
+            "from kvtier.device import bandwidth\n"
+            "bandwidth.main(['--metrics', 'raw/production/C/metrics.prom', '--blocks', '2', '--repeats', '3',"
+            " '--block-tokens', '16', '--allow-cpu', '--out', sys.argv[1]])\n"
+            "new = sorted(set(sys.modules) - base)\n"
+            "print(json.dumps([m for m in new if m.split('.')[0] not in sys.stdlib_module_names]))\n")
+    done = subprocess.run([str(TORCH_PY), "-c", code, str(tmp_path / "bw.json")], capture_output=True, text=True,
+                          cwd=REPO, timeout=300, env={"PYTHONPATH": str(REPO / "src"), "PATH": "/usr/bin:/bin",
+                                                      "CUDA_VISIBLE_DEVICES": ""})
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout.splitlines()[-1])
+    assert [m for m in loaded if not (m.startswith("torch") or m in ("kvtier", "kvtier.device") or m.startswith("kvtier.device."))] == []
+    assert "kvtier.device.bandwidth" in loaded and json.loads((tmp_path / "bw.json").read_text())["block_bytes"] == 27456 * 16
+
+
 # ------------------------------------------------------------------ bandwidth
 
 def test_geometry_is_read_from_the_production_record() -> None:
@@ -126,6 +222,34 @@ def test_geometry_errors_name_the_file(tmp_path: Path) -> None:
         bandwidth.geometry_from_metrics(f)
     with pytest.raises(ValueError, match="whole positive byte count"):
         bandwidth.block_bytes(1.5, 1601)
+
+
+def test_geometry_reader_agrees_with_prometheus_client() -> None:
+    """The standard-library reader of the one sample against kvtier.records.prometheus, which
+    parses the whole file with prometheus_client: the same labels, so the same geometry."""
+    from kvtier.records import vllm as V
+    from kvtier.records.prometheus import Snapshot
+
+    assert bandwidth.OFFLOAD_CONFIG_INFO == V.OFFLOAD_CONFIG_INFO
+    path = REPO / "raw/production/C/metrics.prom"
+    theirs = Snapshot.read(path).labels_of(V.OFFLOAD_CONFIG_INFO)
+    no = next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if ln.startswith(V.OFFLOAD_CONFIG_INFO + "{"))
+    line = path.read_text().splitlines()[no - 1]
+    assert bandwidth._labels(line[line.index("{") + 1:line.rindex("}")], path, no) == theirs
+    geo = bandwidth.geometry_from_metrics(path)
+    assert geo["bytes_per_token"] == float(theirs["cpu_kv_cache_size_bytes"]) / float(theirs["cpu_kv_cache_size_tokens"])
+
+
+def test_geometry_reader_label_escapes_and_errors(tmp_path: Path) -> None:
+    assert bandwidth._labels('a="x\\"y\\\\z\\n",b="",', "p", 1) == {"a": 'x"y\\z\n', "b": ""}
+    f = tmp_path / "m.prom"
+    f.write_text('# TYPE vllm:kv_offload_config_info gauge\nvllm:kv_offload_config_info{cpu_kv_cache_size_bytes="1",'
+                 'cpu_num_chunks="1"} 1.0\n')
+    with pytest.raises(ValueError, match=r"m.prom:2: vllm:kv_offload_config_info has no label 'cpu_kv_cache_size_tokens'"):
+        bandwidth.geometry_from_metrics(f)
+    f.write_text('vllm:kv_offload_config_info{cpu_kv_cache_size_bytes=1} 1.0\n')
+    with pytest.raises(ValueError, match=r"m.prom:1: .* not Prometheus text"):
+        bandwidth.geometry_from_metrics(f)
 
 
 def test_rates_arithmetic() -> None:

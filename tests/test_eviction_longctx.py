@@ -246,3 +246,34 @@ def test_a_launch_waits_for_a_quiet_machine_but_not_forever():
     busy = []
     assert longctx.wait_for_quiet(2.0, 30, poll_s=10, load=lambda: (8.0,), cpus=2, sleep=busy.append) == 8.0
     assert busy == [10, 10, 10]  # gives up after 30 s and starts anyway (the load is recorded and judged after)
+
+
+def test_the_rule_hands_the_launcher_the_section_with_its_config_overrides(tmp_path, capsys):
+    """`snakemake longctx --config 'experiments={"longctx": {...}}'`: the rule passes the section as
+    the invocation sees it (--settings), not config/config.yaml's, so an override of the sizes and
+    tiers is what the launcher plans (issue 33: before, every configured size ran whatever was asked)."""
+    import json
+    import subprocess
+
+    import yaml
+
+    repo = Path(__file__).resolve().parent.parent
+    cfg = yaml.safe_load((repo / "config" / "config.yaml").read_text())["experiments"]["longctx"]
+    small = {**cfg, "tiers": ["native"], "sizes": [{"tokens": 8000, "launches": 1}]}
+    assert longctx.main(["plan", "--settings", json.dumps(small)]) == 0
+    assert [ln.split()[0] for ln in capsys.readouterr().out.splitlines()] == ["8k-1-native"]
+    exe = Path(sys.executable).with_name("snakemake")
+    override = 'experiments={"longctx": {"activate": true, "tiers": ["native"], "sizes": [{"tokens": 8000, "launches": 1}]}}'
+    done = subprocess.run([str(exe), "-n", "-p", "--nolock", "--cores", "1", "longctx", "--config", override], cwd=repo,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    shell = next(ln for ln in (done.stdout + done.stderr).splitlines() if "kvtier longctx run" in ln)
+    settings = json.loads(shlex_split(shell)[shlex_split(shell).index("--settings") + 1])
+    assert settings["sizes"] == [{"tokens": 8000, "launches": 1}] and settings["tiers"] == ["native"]
+    assert settings["lock"] == cfg["lock"]  # the rest of the section as configured
+
+
+def shlex_split(line: str) -> list[str]:
+    import shlex
+
+    return shlex.split(line[line.index("PYTHONPATH=src"):])

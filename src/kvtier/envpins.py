@@ -18,6 +18,8 @@ from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from . import cliargs as A
+
 # conda-forge names whose PyPI package is called differently
 CONDA_TO_PYPI = {"matplotlib-base": "matplotlib", "snakemake-minimal": "snakemake"}
 # an environment line: "  - name =1.2" (conda) or "      - name>=1.2" (its pip section)
@@ -126,8 +128,8 @@ def pin_file(env: str | Path, lock: str | Path, write: bool) -> list[str]:
 
 def build_parser(prog: str = "kvtier envpins") -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description="Pin conda environment files to the versions of a pip lock.")
-    ap.add_argument("lock", help="a hashed lock written by uv pip compile (requirements/analysis.txt)")
-    ap.add_argument("envs", nargs="+", help="conda environment files to pin (envs/*.yaml)")
+    ap.add_argument("lock", type=A.existing_file, help="a hashed lock written by uv pip compile (requirements/analysis.txt)")
+    ap.add_argument("envs", nargs="+", type=A.existing_file, help="conda environment files to pin (envs/*.yaml)")
     ap.add_argument("--check", action="store_true", help="only report files that are out of step")
     return ap
 

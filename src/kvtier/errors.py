@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import csv
 import json
+import zipfile
+import zlib
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 
 class RawRecordError(ValueError):
@@ -92,6 +95,35 @@ def jsonl_records(path: str | Path, whole_last_line: bool = False, not_json: str
             raise RawRecordError(path, f"{not_json} ({e.msg})", line=lineno, record=line) from None
 
 
+def csv_rows(f: Iterable[str], path: str | Path, error: type[Exception] | None = None, **kwargs: Any) -> Iterator[tuple[int, list[str]]]:
+    """(line number, fields) of each row of an open CSV file, read by Python's csv module; what the
+    module refuses (a field over its field limit, a NUL, a quote cut by the end of the file:
+    `_csv.Error`) is a RawRecordError naming the file and the line (`error`: another class, called
+    with the whole message, as the manifest's ManifestError)."""
+    rows = csv.reader(f, **kwargs)
+    while True:
+        try:
+            row = next(rows)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            if error is not None:
+                raise error(f"{path}:{rows.line_num}: not {kwargs.get('delimiter', ',')!r}-separated text ({e})") from None
+            raise RawRecordError(path, f"not CSV ({e})", line=rows.line_num) from None
+        yield rows.line_num, row
+
+
+def archive_error(path: str | Path, what: str, e: BaseException) -> RawRecordError:
+    """A RawRecordError for a zip archive (an .npz) that cannot be read: cut short, not a zip,
+    a member that fails its CRC or does not decompress."""
+    return RawRecordError(path, f"not a readable {what} ({type(e).__name__}: {e}): a truncated or corrupt archive? "
+                                "copy the record again")
+
+
+# What reading a zip archive (numpy's .npz) can raise on a cut or corrupt file, besides OSError.
+ARCHIVE_ERRORS: tuple[type[BaseException], ...] = (OSError, EOFError, KeyError, ValueError, zipfile.BadZipFile, zlib.error)
+
+
 class ManifestError(RuntimeError):
     """A raw file that is not what raw/MANIFEST.tsv pins (unlisted, missing or altered)."""
 
@@ -101,4 +133,8 @@ class ClaimsError(RuntimeError):
 
 
 # What a workflow script shows on the console, not only in its rule's log (kvtier.snake.begin).
-CONSOLE_ERRORS = (RawRecordError, ManifestError, ClaimsError)
+class MissingToolError(FileNotFoundError):
+    """A program a rule needs is not installed (Chromium for the PDF step): the message says what to install."""
+
+
+CONSOLE_ERRORS = (RawRecordError, ManifestError, ClaimsError, MissingToolError)

@@ -43,18 +43,18 @@ import signal
 import sys
 from pathlib import Path
 
+from . import cliargs as A
 from .errors import ManifestError, RawRecordError
 from .eviction.host import host_info, model_params, server_software, versions
 from .eviction.records import RunWriter, read_run
 from .eviction.runner import Harness, HarnessFailed, Plan
 from .hostload import LoadSampler
-from .runfolder import claim, pin_new, resolve_id
+from .runfolder import claim, hold, pin_new, resolve_id, run_files
 from .serving.client import RequestFailed, ServingClient
 from .serving import fieldchecks, modelgeom, thinking, vllmbin
 from .serving.redact import redact_argv, redact_env, scrub_file, secret_values
 from .serving.server import PreflightError, ServerDied, ServerSpec, VllmServer, preflight, preflight_lines
 from .yamlio import load_yaml
-
 
 
 def resolve_vllm(a: argparse.Namespace) -> vllmbin.VllmBin:
@@ -63,6 +63,9 @@ def resolve_vllm(a: argparse.Namespace) -> vllmbin.VllmBin:
         found = vllmbin.resolve(a.vllm_bin)
         a.vllm_bin, a.vllm_source = found.path, found.source
     return vllmbin.VllmBin(a.vllm_bin, a.vllm_source)
+
+
+LAUNCHED_NAME = "model"  # the name a launched server serves its model under, unless --served-model-name
 
 
 def _platform(a: argparse.Namespace, software: dict[str, str] | None = None) -> str:
@@ -75,7 +78,7 @@ def _platform(a: argparse.Namespace, software: dict[str, str] | None = None) -> 
 
 
 def _spec(a: argparse.Namespace, platform: str | None = None) -> ServerSpec:
-    return ServerSpec(model=a.model or "", served_name=a.served_name, tier=a.tier, offload_gib=a.offload_gib,
+    return ServerSpec(model=a.model or "", served_name=a.served_name or LAUNCHED_NAME, tier=a.tier, offload_gib=a.offload_gib,
                       offload_block_tokens=a.block_tokens, host=a.host, port=a.port, vllm_bin=resolve_vllm(a).path,
                       vllm_source=a.vllm_source,
                       max_model_len=a.max_model_len, extra_args=list(a.server_arg), ram_headroom_gib=a.ram_headroom_gib,
@@ -98,60 +101,62 @@ def _server_args(p: argparse.ArgumentParser) -> None:
     """The options that describe a server to launch (shared with kvtier replay)."""
     g = p.add_argument_group("server (launched unless --url is given)")
     g.add_argument("--model", help="model path or name for `vllm serve`")
-    g.add_argument("--served-model-name", dest="served_name", default="model")
+    g.add_argument("--served-model-name", dest="served_name",
+                   help="the model's name on the server: launched, it is served under it (default 'model'); "
+                        "attached (--url), the server must serve it (default: the one model it lists)")
     g.add_argument("--tier", choices=["native", "lmcache", "none"], default="native",
                    help="second KV tier: vLLM's native offload, LMCache, or none")
-    g.add_argument("--offload-gib", type=float, default=0.0, help="RAM pool size in GiB (native, lmcache)")
-    g.add_argument("--block-tokens", type=int, default=1600, help="offloaded block size in tokens (native)")
+    g.add_argument("--offload-gib", type=A.NONNEG, default=0.0, help="RAM pool size in GiB (native, lmcache)")
+    g.add_argument("--block-tokens", type=A.COUNT, default=1600, help="offloaded block size in tokens (native)")
     g.add_argument("--platform", choices=["auto", "cuda", "cpu"], default="auto",
                    help="vLLM's platform; cpu runs the native tier through kvtier's offloading spec (auto: ask the vLLM binary)")
     g.add_argument("--host-pool", choices=["private", "shm"], default="private",
                    help="CPU build, native tier: the pool as a private tensor or in vLLM's /dev/shm region")
-    g.add_argument("--max-model-len", type=int)
+    g.add_argument("--max-model-len", type=A.COUNT)
     g.add_argument("--host", default="127.0.0.1")
-    g.add_argument("--port", type=int, default=8000)
+    g.add_argument("--port", type=A.PORT, default=8000)
     g.add_argument("--vllm-bin", help=f"vllm executable; default, in order: {vllmbin.ORDER}")
     g.add_argument("--server-arg", action="append", default=[], help="extra `vllm serve` argument (repeatable; use --server-arg=--flag)")
-    g.add_argument("--server-env", action="append", default=[], help="extra NAME=VALUE for the server environment")
-    g.add_argument("--offload-extra", action="append", default=[],
+    g.add_argument("--server-env", action="append", default=[], type=A.key_value, help="extra NAME=VALUE for the server environment")
+    g.add_argument("--offload-extra", action="append", default=[], type=A.key_value,
                    help="extra kv_connector_extra_config KEY=VALUE (repeatable; e.g. kvtier_log_jobs=true logs every transfer job)")
-    g.add_argument("--ram-headroom-gib", type=float, default=8.0, help="free RAM to leave beside the pool (preflight)")
-    g.add_argument("--health-timeout", type=float, default=1800.0, help="seconds to wait for /health after launch")
+    g.add_argument("--ram-headroom-gib", type=A.NONNEG, default=8.0, help="free RAM to leave beside the pool (preflight)")
+    g.add_argument("--health-timeout", type=A.POSITIVE, default=1800.0, help="seconds to wait for /health after launch")
 
 
 def build_parser(prog: str = "kvtier harness") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="run the eviction test and write its records", formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    r.add_argument("--setup", required=True, help="setup label (A, C, cpu, ...): records go to <out>/<setup>/")
+    r.add_argument("--setup", required=True, type=A.label, help="setup label (A, C, cpu, ...): records go to <out>/<setup>/")
     r.add_argument("--url", help="attach to a running server instead of launching one")
     r.add_argument("--out", default="raw/eviction")
-    r.add_argument("--run-id", default="auto",
+    r.add_argument("--run-id", default="auto", type=A.name,
                    help="run directory name, a new one (auto: UTC date-time and a random suffix)")
     r.add_argument("--resume", action="store_true",
                    help="continue the unpinned run of --run-id after its last completed phase (never a pinned one)")
-    r.add_argument("--load-interval", type=float, default=5.0, help="seconds between samples of the host's load (host_load.tsv)")
+    r.add_argument("--load-interval", type=A.POSITIVE, default=5.0, help="seconds between samples of the host's load (host_load.tsv)")
     r.add_argument("--description", default="")
     r.add_argument("--record-set", help="the record set this launch belongs to (the launches of one invocation, analysed together)")
-    r.add_argument("--target-tokens", type=int, default=200_000, help="conversation length in the server's tokens")
-    r.add_argument("--seed", type=int, default=0, help="seed of the conversation text and codes")
-    r.add_argument("--evictors", type=int, help="number of evicting conversations; omitted: derived from the KV cache size")
-    r.add_argument("--margin", type=float, default=0.1, help="evictor tokens >= (KV cache + conversation) x (1 + margin)")
-    r.add_argument("--rounds", type=int, default=1, help="evict-and-restore rounds")
-    r.add_argument("--evictor-tokens", type=int,
+    r.add_argument("--target-tokens", type=A.COUNT, default=200_000, help="conversation length in the server's tokens")
+    r.add_argument("--seed", type=A.SEED, default=0, help="seed of the conversation text and codes")
+    r.add_argument("--evictors", type=A.COUNT, help="number of evicting conversations; omitted: derived from the KV cache size")
+    r.add_argument("--margin", type=A.NONNEG, default=0.1, help="evictor tokens >= (KV cache + conversation) x (1 + margin)")
+    r.add_argument("--rounds", type=A.COUNT, default=1, help="evict-and-restore rounds")
+    r.add_argument("--evictor-tokens", type=A.COUNT,
                    help="evictors of this many tokens, fresh ones each round (default: the conversation's length, the same each round)")
     r.add_argument("--stop-when-out", action="store_true",
                    help="stop a round's evictors once the counters show they placed the KV cache's size x (1 + margin) in it")
-    r.add_argument("--repeat", type=int, default=1, help="cycles of cold/hit/evict/restore, each with a fresh conversation")
-    r.add_argument("--warmup-tokens", type=int, help="an unrelated request of this size first (default: the conversation's size; 0: none)")
-    r.add_argument("--logprobs", type=int, default=5, help="top logprobs asked for on measured requests (0: none)")
-    r.add_argument("--logprob-tolerance", type=float, default=0.05,
+    r.add_argument("--repeat", type=A.COUNT, default=1, help="cycles of cold/hit/evict/restore, each with a fresh conversation")
+    r.add_argument("--warmup-tokens", type=A.NONNEG_INT, help="an unrelated request of this size first (default: the conversation's size; 0: none)")
+    r.add_argument("--logprobs", type=A.NONNEG_INT, default=5, help="top logprobs asked for on measured requests (0: none)")
+    r.add_argument("--logprob-tolerance", type=A.NONNEG, default=0.05,
                    help="|Δ logprob| allowed between restore and hit when they computed different token counts (else 0)")
-    r.add_argument("--max-tokens", type=int, default=64, help="answer length of the measured requests")
-    r.add_argument("--request-timeout", type=float, default=1800.0, help="seconds without a byte before a request fails")
-    r.add_argument("--request-deadline", type=float, help="seconds for a whole streamed request (default: twice --request-timeout)")
+    r.add_argument("--max-tokens", type=A.COUNT, default=64, help="answer length of the measured requests")
+    r.add_argument("--request-timeout", type=A.POSITIVE, default=1800.0, help="seconds without a byte before a request fails")
+    r.add_argument("--request-deadline", type=A.POSITIVE, help="seconds for a whole streamed request (default: twice --request-timeout)")
     r.add_argument("--api-key", help="the server's API key (default: --server-arg=--api-key=..., VLLM_API_KEY or OPENAI_API_KEY)")
-    r.add_argument("--gpu-hit-tolerance", type=float, default=0.1, help="a restore with more GPU-cache hits than this share of the prompt is 'not evicted'")
+    r.add_argument("--gpu-hit-tolerance", type=A.SHARE, default=0.1, help="a restore with more GPU-cache hits than this share of the prompt is 'not evicted'")
     r.add_argument("--pin", action="store_true", help="add the records to raw/MANIFEST.tsv as measured")
     r.add_argument("--no-progress", action="store_true", help="no progress bar (logs, batch jobs)")
     r.add_argument("--dry-run", action="store_true",
@@ -162,7 +167,7 @@ def build_parser(prog: str = "kvtier harness") -> argparse.ArgumentParser:
     _server_args(f)
     f.set_defaults(func=cmd_preflight)
     s = sub.add_parser("show", help="validate a run directory and print its summary")
-    s.add_argument("run_dir")
+    s.add_argument("run_dir", type=A.existing_dir)
     s.set_defaults(func=cmd_show)
     return p
 
@@ -257,9 +262,17 @@ def dry_run(a: argparse.Namespace) -> int:
 def cmd_run(a: argparse.Namespace) -> int:
     if a.dry_run:
         return dry_run(a)
+    if not a.url and not a.model:  # before the run folder is made
+        print("error: give --model to launch a server, or --url to attach to one", file=sys.stderr)
+        return 2
     run_id = resolve_id(a.run_id)
-    claim(Path(a.out) / a.setup / run_id, resume=a.resume)  # before anything runs: a new folder, or an unpinned resume
-    writer = RunWriter(Path(a.out) / a.setup / run_id)
+    run_dir = claim(Path(a.out) / a.setup / run_id, resume=a.resume)  # before anything runs: a new folder, or an unpinned resume
+    with hold(run_dir):  # one launch at a time in a run folder: a second --resume is refused, naming this one
+        return _run(a, run_id, run_dir)
+
+
+def _run(a: argparse.Namespace, run_id: str, run_dir: Path) -> int:
+    writer = RunWriter(run_dir)
     software = versions(None if a.url else resolve_vllm(a).path)
     spec = _spec(a, "cuda" if a.url and a.platform == "auto" else _platform(a, software))
     key = api_key(a)
@@ -269,25 +282,31 @@ def cmd_run(a: argparse.Namespace) -> int:
         server_meta: dict[str, object] = {"mode": "attached", "url": a.url, "tier": a.tier, "offload_gib": a.offload_gib,
                                           "offload_block_tokens": a.block_tokens if a.tier == "native" else None}
     else:
-        if not a.model:
-            print("error: give --model to launch a server, or --url to attach to one", file=sys.stderr)
-            return 2
         for line in preflight_lines(preflight(spec)):
             print(line, file=sys.stderr)
         server_meta = launched_server_meta(spec)
     think = thinking.plan(a.model, a.max_tokens) if a.model else None  # a thinking model answers after </think>
     static = {"description": a.description, "host": host_info(), "record_set": a.record_set,
-              "model": {"path": a.model or "", "served_name": a.served_name, "params": model_params(a.model) if a.model else None,
-                        **({"thinking": think} if think else {})},
+              "model": {"path": a.model or "", "served_name": spec.served_name if not a.url else (a.served_name or ""),
+                        "params": model_params(a.model) if a.model else None, **({"thinking": think} if think else {})},
               "server": server_meta, "versions": software}
     plan = Plan(target_tokens=a.target_tokens, seed=a.seed, evictors=a.evictors, margin=a.margin, rounds=a.rounds,
                 max_tokens=think["max_tokens"] if think else a.max_tokens, gpu_hit_tolerance=a.gpu_hit_tolerance, request_timeout_s=a.request_timeout,
                 repeat=a.repeat, warmup_tokens=a.warmup_tokens, logprobs=a.logprobs, logprob_tolerance=a.logprob_tolerance,
                 evictor_tokens=a.evictor_tokens, stop_when_out=a.stop_when_out)
-    client = ServingClient(a.url or spec.url, None if a.url else a.served_name, timeout_s=a.request_timeout, api_key=key,
+    client = ServingClient(a.url or spec.url, a.served_name if a.url else spec.served_name, timeout_s=a.request_timeout, api_key=key,
                            deadline_s=a.request_deadline)
     client.chat_template_kwargs = think["chat_template_kwargs"] if think else None
     harness = Harness(client, writer, a.setup, plan, static, progress=not a.no_progress)
+    if a.resume:  # before any server: the recorded plan, and a requests.jsonl a crash cut, checked now
+        try:
+            for repair in harness.check_resume():
+                print(f"{writer.dir / repair['file']}:{repair['line']}: {repair.get('reason', '')}; "
+                      + (f"dropped its {repair['bytes']} bytes (recorded in run.yaml: repairs)" if repair["action"] == "dropped"
+                         else repair["action"]), file=sys.stderr)
+        except HarnessFailed as e:
+            print(f"error: {e}", file=sys.stderr)
+            return 2
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     sampler = LoadSampler(writer.dir, a.load_interval).start()
     try:
@@ -344,7 +363,7 @@ def _record_load(writer: RunWriter, load: dict[str, object] | None) -> None:
 
 
 def _pin(run_dir: Path, description: str = "") -> None:
-    files = sorted(p for p in run_dir.rglob("*") if p.is_file())
+    files = run_files(run_dir)  # not the lock
     pin_new(files, "measured", f"eviction-test records of {run_dir.parent.name}/{run_dir.name} (kvtier harness)"
                 + (f": {description}" if description else ""))
 

@@ -72,16 +72,29 @@ class LoadSampler:
 
 
 def read_series(path: str | Path) -> list[dict[str, Any]]:
+    """host_load.tsv's samples; a line of another shape, or a load average or CPU-time counter that
+    is negative or not finite (they never are), is a RawRecordError naming the file and line."""
+    import math
+
+    from .errors import RawRecordError
+
     lines = Path(path).read_text(encoding="utf-8").splitlines()
     if not lines or lines[0].split("\t") != COLUMNS:
-        raise ValueError(f"{path}:1: header must be {COLUMNS}")
+        raise RawRecordError(path, f"header must be {COLUMNS}", line=1)
     rows = []
     for i, line in enumerate(lines[1:], start=2):
         f = line.split("\t")
         if len(f) != len(COLUMNS):
-            raise ValueError(f"{path}:{i}: expected {len(COLUMNS)} fields, found {len(f)}")
-        rows.append({"time": f[0], **{c: float(v) for c, v in zip(COLUMNS[1:4], f[1:4])},
-                     **{c: int(v) for c, v in zip(COLUMNS[4:], f[4:])}})
+            raise RawRecordError(path, f"expected {len(COLUMNS)} fields, found {len(f)}", line=i, record=line)
+        try:
+            row = {"time": f[0], **{c: float(v) for c, v in zip(COLUMNS[1:4], f[1:4])},
+                   **{c: int(v) for c, v in zip(COLUMNS[4:], f[4:])}}
+        except ValueError as e:
+            raise RawRecordError(path, f"not a load sample ({e})", line=i, record=line) from None
+        bad = next((c for c in COLUMNS[1:] if not math.isfinite(row[c]) or row[c] < 0), None)
+        if bad is not None:
+            raise RawRecordError(path, f"{bad} is {row[bad]}: load averages and CPU times are never negative", line=i, record=line)
+        rows.append(row)
     return rows
 
 

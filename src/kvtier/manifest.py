@@ -14,17 +14,21 @@ import csv
 import hashlib
 import os
 import stat
+import tempfile
 import time
+from contextlib import contextmanager
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
-from .errors import ManifestError
+from .errors import ManifestError, csv_rows
 
 COLUMNS = ["path", "bytes", "sha256", "class", "description"]
 CLASSES = {"measured", "published", "replica"}
-NOT_RECORDS = {"MANIFEST.tsv", "README.md"}  # files under raw/ that are not records (by name, as before)
+LOCK_SUFFIX = ".lock"  # the manifest's lock file sits beside it: raw/MANIFEST.tsv.lock (git-ignored)
+# files under raw/ that are not records (by name, as before)
+NOT_RECORDS = {"MANIFEST.tsv", "README.md", "MANIFEST.tsv" + LOCK_SUFFIX}
 
 
 def name_problem(path: str) -> str | None:
@@ -94,11 +98,11 @@ def read_manifest(manifest: str | Path) -> dict[str, Entry]:
     manifest = Path(manifest)
     entries: dict[str, Entry] = {}
     with open(manifest, newline="", encoding="utf-8") as f:
-        rows = csv.reader(f, delimiter="\t")
-        header = next(rows, None)
+        rows = csv_rows(f, manifest, ManifestError, delimiter="\t")  # a csv.Error names its line
+        _, header = next(rows, (1, None))
         if header != COLUMNS:
             raise ManifestError(f"{manifest}:1: header must be {COLUMNS}, found {header}")
-        for lineno, row in enumerate(rows, start=2):
+        for lineno, row in rows:
             if not row or row[0].startswith("#"):
                 continue
             if len(row) != len(COLUMNS):
@@ -111,6 +115,9 @@ def read_manifest(manifest: str | Path) -> dict[str, Entry]:
                 raise ManifestError(f"{manifest}:{lineno}: class {klass!r} is not one of {sorted(CLASSES)}")
             if path in entries:
                 raise ManifestError(f"{manifest}:{lineno}: {path} is listed twice")
+            if not (size.isascii() and size.isdigit()):
+                raise ManifestError(f"{manifest}:{lineno}: byte count {size!r} of {path} is not a whole number written in digits "
+                                    "alone (no thousands separator, sign or unit)")
             entries[path] = Entry(path, int(size), digest, klass, desc)
     return entries
 
@@ -273,34 +280,84 @@ def verify_tree(raw_dir: str | Path = "raw", manifest: str | Path | None = None)
     return dict(sorted(entries.items()))
 
 
+def lock_path(manifest: str | Path) -> Path:
+    """The lock file every manifest writer holds: beside the manifest, never a record."""
+    manifest = Path(manifest)
+    return manifest.with_name(manifest.name + LOCK_SUFFIX)
+
+
+@contextmanager
+def locked(manifest: str | Path) -> Iterator[None]:
+    """Hold the manifest's write lock (an exclusive flock on its lock file) for a read-modify-write.
+
+    Two experiment rules pinning at once (snakemake --cores 2, or two checkouts' runs on one raw/)
+    each read the manifest, add their rows and write it back; without the lock the second write
+    drops the first's rows. fcntl.flock rather than the filelock package: filelock is in none of the
+    locks `kvtier manifest add` runs from (the analysis and test locks; only the GPU lock pulls it in,
+    through torch), and flock is all it would do here on POSIX. The lock file stays (removing it
+    would race a waiter holding the old inode); it is git-ignored and is not a record."""
+    import fcntl  # POSIX; imported here so reading and verifying the manifest need none of it
+
+    path = lock_path(manifest)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # blocks until the other writer's read-modify-write is done
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
 def add_entries(paths: Iterable[str | Path], klass: str, description: str, manifest: str | Path = "raw/MANIFEST.tsv",
                 new_only: bool = False) -> None:
     """Pin (or re-pin) files. Generators and `kvtier manifest add` may re-pin; a run pins with
-    `new_only` (kvtier.runfolder.pin_new): a path that already has a row is refused, and nothing is written."""
+    `new_only` (kvtier.runfolder.pin_new): a path that already has a row is refused, and nothing is written.
+    The read, the check and the write happen under the manifest's lock (`locked`), so concurrent
+    adds each keep their rows."""
     if klass not in CLASSES:
         raise ManifestError(f"class {klass!r} is not one of {sorted(CLASSES)}")
     manifest = Path(manifest)
-    entries = read_manifest(manifest) if manifest.exists() else {}
     root = _root_of(manifest)
-    for p in paths:
+    rows: list[tuple[str, Path]] = []
+    for p in paths:  # what can be refused without the manifest is refused before taking the lock
         rel = _relative(Path(p).absolute(), root, manifest)
         link = _symlink_on_the_way(root, rel)
         if link:
             raise ManifestError(f"{rel}: {link} is a symlink; copy the record into raw/ before pinning it")
-        if new_only and rel in entries:
-            raise ManifestError(f"{rel}: already pinned in {manifest}; a run adds new rows only (a re-pin is an explicit "
-                                "`kvtier manifest add`)")
-        full = root / rel
-        entries[rel] = Entry(rel, full.stat().st_size, sha256_of(full), klass, description)
-    write_manifest(entries.values(), manifest)
+        rows.append((rel, root / rel))
+    hashed = {rel: (full.stat().st_size, sha256_of(full)) for rel, full in rows}  # hashing outside the lock
+    with locked(manifest):
+        entries = read_manifest(manifest) if manifest.exists() else {}
+        for rel, _ in rows:
+            if new_only and rel in entries:
+                raise ManifestError(f"{rel}: already pinned in {manifest}; a run adds new rows only (a re-pin is an "
+                                    "explicit `kvtier manifest add`)")
+            size, digest = hashed[rel]
+            entries[rel] = Entry(rel, size, digest, klass, description)
+        write_manifest(entries.values(), manifest)
 
 
 def write_manifest(entries: Iterable[Entry], manifest: str | Path) -> None:
+    """Replace the manifest atomically: a temp file of a unique name beside it, flushed to disk, then
+    os.replace, so a reader sees the old manifest or the new one, never half of one, and two writers
+    never share a temp file. Callers that read the manifest first hold `locked` around both."""
     manifest = Path(manifest)
-    tmp = manifest.with_suffix(".tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as f:
-        w = csv.writer(f, delimiter="\t", lineterminator="\n")
-        w.writerow(COLUMNS)
-        for e in sorted(entries, key=lambda e: e.path):
-            w.writerow([e.path, e.bytes, e.sha256, e.klass, e.description])
-    tmp.replace(manifest)
+    try:
+        mode = stat.S_IMODE(os.stat(manifest).st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    fd, tmp = tempfile.mkstemp(dir=manifest.parent, prefix=f".{manifest.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="", encoding="utf-8") as f:
+            w = csv.writer(f, delimiter="\t", lineterminator="\n")
+            w.writerow(COLUMNS)
+            for e in sorted(entries, key=lambda e: e.path):
+                w.writerow([e.path, e.bytes, e.sha256, e.klass, e.description])
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)  # mkstemp makes it 0600; keep the manifest's own mode
+        os.replace(tmp, manifest)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

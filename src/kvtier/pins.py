@@ -31,6 +31,7 @@ from typing import Any, Iterable
 from .errors import ManifestError
 from .manifest import COLUMNS, Entry, Known, read_manifest, unpinned_files, verify_entries
 from .numbers import atomic_write_text
+from .records.access import failed_folder, in_failed_folder
 
 PINS_DIR = "results/pins"
 HASHED = f"{PINS_DIR}/hashed.tsv"
@@ -78,9 +79,14 @@ class Pins:
         self.out = Path(out)
 
     def under(self, folder: str | Path) -> list[str]:
-        """The pinned files under a folder, sorted (a run is read only as pinned)."""
+        """The pinned files under a folder, sorted (a run is read only as pinned), less those in a
+        failed launch's folder (`<name>.failed`): never read, whatever the manifest says."""
         prefix = Path(folder).as_posix().rstrip("/") + "/"  # manifest paths are plain: no '.', '..' or '//'
-        return sorted(p for p in self.entries if p.startswith(prefix))
+        return sorted(p for p in self.entries if p.startswith(prefix) and not in_failed_folder(p))
+
+    def pinned_failed(self) -> list[str]:
+        """Pinned files in a failed launch's folder: listed on the console, read by no rule."""
+        return sorted(p for p in self.entries if in_failed_folder(p))
 
     def run_folders(self, records: str | Path) -> list[str]:
         """The folders directly under `records` that hold pinned files (kvtier.production.curve.run_folders,
@@ -89,7 +95,11 @@ class Pins:
         return sorted({prefix + p[len(prefix):].split("/", 1)[0] for p in self.under(records) if "/" in p[len(prefix):]})
 
     def pinned_under(self, folder: str) -> list[str]:
-        """As `under`, refused when nothing is pinned there (a configured run that was never pinned)."""
+        """As `under`, refused when nothing is pinned there (a configured run that was never pinned)
+        or when the folder is a failed launch's (`<name>.failed`: never read)."""
+        if in_failed_folder(Path(folder) / "x"):
+            raise ValueError(f"{folder} is a failed launch's folder (`*.failed`): never read as a run, whatever {self.manifest} "
+                             "says; configure a run that completed")
         files = self.under(folder)
         if not files:
             raise ValueError(f"no file under {folder} is pinned in {self.manifest}")
@@ -152,10 +162,29 @@ class Pins:
 unpinned = unpinned_files  # the files under raw/ that no row pins (kvtier.manifest)
 
 
-def report_unpinned(unpinned: Iterable[str], manifest: str | Path) -> None:
-    """The files under raw/ that no row pins, on the console: nothing reads them."""
+def report_unpinned(unpinned: Iterable[str], manifest: str | Path, pinned_failed: Iterable[str] = ()) -> None:
+    """The files under raw/ that no row pins, on the console: no rule reads them (a rule's process
+    opens only its pinned inputs, kvtier.records.access). Files in a failed launch's folder
+    (`<name>.failed`) are listed apart: they are never read, pinned or not, and are not to be pinned."""
     unpinned = list(unpinned)
+    failed = [p for p in unpinned if in_failed_folder(p)]
+    unpinned = [p for p in unpinned if not in_failed_folder(p)]
+
+    def shown(paths: list[str]) -> str:
+        return "\n".join(f"  {p}" for p in paths[:20]) + (f"\n  ... {len(paths) - 20} more" if len(paths) > 20 else "")
+
     if unpinned:
-        shown = "\n".join(f"  {p}" for p in unpinned[:20]) + (f"\n  ... {len(unpinned) - 20} more" if len(unpinned) > 20 else "")
         print(f"kvtier: {len(unpinned)} file(s) under raw/ are not pinned in {manifest}, so no rule reads them "
-              f"(pin them with `kvtier manifest add PATH... --class C --description D`):\n{shown}", file=sys.stderr, flush=True)
+              f"(a rule opens only the files its pins list; pin a finished run with "
+              f"`kvtier manifest add PATH... --class C --description D`, never a failed launch's `*.failed` folder):"
+              f"\n{shown(unpinned)}", file=sys.stderr, flush=True)
+    if failed:
+        folders = sorted({failed_folder(p) for p in failed})
+        print(f"kvtier: {len(folders)} failed launch folder(s) under raw/ (`*.failed`): never read as runs; "
+              f"do not pin them (rerun the launch into a new folder):\n{shown(folders)}", file=sys.stderr, flush=True)
+    pinned_failed = list(pinned_failed)
+    if pinned_failed:
+        folders = sorted({failed_folder(p) for p in pinned_failed})
+        print(f"kvtier: {len(pinned_failed)} file(s) pinned in {manifest} lie in failed launch folder(s) (`*.failed`), "
+              f"which no rule reads, whatever the manifest says; remove their rows:\n{shown(folders)}",
+              file=sys.stderr, flush=True)

@@ -99,7 +99,9 @@ def build_ledger(registry: dict[str, Number], manifest: str | Path, rules_dir: s
         if inputs not in files:
             raw = sorted(set().union(*(raw_sources(p) for p in inputs))) if inputs else []
             files[inputs] = (
-                [{"path": p, "sha256": _sha(p)} for p in inputs],
+                # a pinned file's hash is its pin (checked at every invocation): the publishing rule
+                # opens no raw record (kvtier.records.access), only what the registry names
+                [{"path": p, "sha256": entries[p].sha256 if p in entries else _sha(p)} for p in inputs],
                 [{"path": p, "sha256": entries[p].sha256 if p in entries else _sha(p),
                   "class": entries[p].klass if p in entries else "unlisted"} for p in raw],
             )

@@ -86,8 +86,9 @@ def check_raw_pins(manifest: str) -> list[str]:
     workflow itself runs this as `kvtier.pins.Pins` (the manifest read once, hashes by stat identity)."""
     from .pins import Pins, report_unpinned
 
-    unpinned = Pins(manifest).check()
-    report_unpinned(unpinned, manifest)
+    pins = Pins(manifest)
+    unpinned = pins.check()
+    report_unpinned(unpinned, manifest, pins.pinned_failed())
     return unpinned
 
 
@@ -114,12 +115,21 @@ def begin(snakemake: Any) -> logging.Logger:
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", force=True)
     log = logging.getLogger(f"kvtier.{snakemake.rule}")
     raw = raw_inputs(_paths(snakemake.input))
+    pinned: Iterable[str] = ()
     if raw:
         from .pins import Pins
 
-        hashed = Pins(MANIFEST).verify(raw)  # a ManifestError reaches the console through the excepthook
+        pins = Pins(MANIFEST)
+        hashed = pins.verify(raw)  # a ManifestError reaches the console through the excepthook
+        pinned = pins.entries
         log.info("verified %d raw input(s) against %s (%d hashed, the others unchanged since they were)",
                  len(raw), MANIFEST, hashed)
+    # From here on the rule opens no raw file but these (kvtier.records.access): a file a reader
+    # finds by name in a pinned folder, unpinned or in a failed launch's folder, is refused by name.
+    from .records.access import guard
+
+    guard(raw, rule=snakemake.rule, pinned=pinned)
+    log.info("raw/ guarded: this rule opens only its %d pinned raw input(s)", len(raw))
     return log
 
 

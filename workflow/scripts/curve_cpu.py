@@ -9,7 +9,7 @@ from kvtier.snake import begin, numbers_writer
 
 smk = snakemake  # noqa: F821 (injected by Snakemake)
 log = begin(smk)
-runs = curve.analyse(smk.params.runs, smk.params.load_threshold, smk.params.steal_threshold)
+runs = curve.analyse(smk.params.runs, smk.params.max_load_per_cpu, smk.params.steal_threshold)
 raw = [str(p) for p in smk.input.records]
 t = curve.tidy(runs)
 t.to_csv(smk.output.tidy, index=False)
@@ -18,7 +18,7 @@ Path(smk.output.bench).mkdir(parents=True, exist_ok=True)
 for x in runs:
     benchjson.dump(x.bench, Path(smk.output.bench) / f"{x.path.name}.json")
 writer = numbers_writer(smk, "curve")
-curve.register_numbers(writer, runs, smk.params.load_threshold, smk.params.steal_threshold)
+curve.register_numbers(writer, runs, smk.params.max_load_per_cpu, smk.params.steal_threshold)
 curve.register_timing(writer, runs)
 cf = smk.params.cf
 w, record, table = curvecheck.predict(runs, cf["fit_offload_gib"], tuple(cf["prompt_edges"]), cf["service_bins"],

@@ -5,6 +5,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvtier.eviction import analysis, cpuset
+from kvtier.links import link_of
 from kvtier.records.evictionrun import find_runs
 from kvtier.numbers import atomic_write_text
 from kvtier.provenance import write_sidecar
@@ -18,7 +19,8 @@ log.info("%d run directories", len(runs_dirs))
 requests, runs = analysis.load(runs_dirs, Path(smk.input.run_schema), Path(smk.input.request_schema))
 writer = numbers_writer(smk, "evict")
 table = analysis.register_numbers(writer, requests, runs, list(smk.params.table_setups), smk.params.cpu_setup,
-                                   float(smk.params.max_load_per_cpu))
+                                   float(smk.params.max_load_per_cpu),
+                                   {s: link_of({"host_link": c}, f"experiments.eviction.setups.{s}") for s, c in smk.params.host_links.items()})
 for path, frame in ((smk.output.requests, requests), (smk.output.runs, runs), (smk.output.table_csv, table)):
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     frame.values_only().to_csv(path, index=False)  # the values; the files each cell read stay in the tables

@@ -101,9 +101,15 @@ def schedule(w: Workload, service: ServiceModel, in_flight: int, sessions: np.nd
     """When the fixed-order client would send each request of `w` (its arrival order is the send
     order) and when it would be answered: a request leaves once the one before it has left, fewer
     than `in_flight` are out, and its session's previous turn is answered; it is out for the
-    service model's time of its whole prompt (an upper bound: a hit computes less) plus decoding."""
+    service model's time of its whole prompt (an upper bound: a hit computes less) plus decoding.
+    The service model's line above its last bin continues that bin's slope; where a short stream's
+    last two bin medians fall, it falls below zero for larger prompts, and a prefill takes no
+    negative time: floored at zero; and an answer has at least one token (the client log refuses
+    one without), so every request is out for some time (a stream whose model stays positive, with
+    no empty answer drawn, is scheduled as before)."""
     tokens = w.prompt_tokens.astype(float)
-    took = np.asarray(service.latency.predict(tokens), dtype=float) + w.output_tokens / service.decode_tokens_per_s
+    prefill = np.maximum(np.asarray(service.latency.predict(tokens), dtype=float), 0.0)
+    took = prefill + np.maximum(w.output_tokens, 1) / service.decode_tokens_per_s
     send, done = np.zeros(len(tokens)), np.zeros(len(tokens))
     last_of: dict[int, float] = {}
     t = 0.0

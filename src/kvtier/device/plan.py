@@ -2,7 +2,9 @@
 
 Standard library only: scripts/device-check.sh runs this with the machine's own Python, before
 the GPU environment exists. It names a new run folder (refusing one that exists), derives the
-harness's arguments for setup C at reduced scale, and prints them for the shell to read.
+harness's arguments for setup C at reduced scale, and prints them for the shell to read. With
+--bandwidth-only the check is the copy bandwidth alone (PyTorch only, within 3 minutes), and the
+eviction test's options are refused rather than ignored.
 """
 
 from __future__ import annotations
@@ -22,6 +24,10 @@ TIER_RUN = "native"       # the harness's run folder inside the check's own fold
 MIN_CYCLES = 3            # the instrument's rule: >= 3 launches (here cycles) per setting
 KV_BYTES_PER_TOKEN = 2 * 8 * 8 * 128 * 2   # kvtier.tinymodel's "gpu" geometry, bf16 (checked by a test)
 MODEL_MAX_LEN = 131072                     # its max_position_embeddings
+TIME_LIMIT_S = 480                         # the whole check, install included
+BANDWIDTH_ONLY_LIMIT_S = 180               # --bandwidth-only: torch's start, two pools, the copies
+# the options of the eviction test (and its install), which --bandwidth-only has no use for
+EVICTION_OPTIONS = ("cycles", "target_tokens", "kv_cache_gib", "offload_gib", "max_model_len", "port", "skip_install")
 
 
 @dataclass(frozen=True)
@@ -39,6 +45,7 @@ class Plan:
     bandwidth_blocks: int
     skip_install: bool
     dry_run: bool
+    bandwidth_only: bool = False
 
     @property
     def records_dir(self) -> str:
@@ -64,17 +71,35 @@ def build_parser(prog: str = "scripts/device-check.sh") -> argparse.ArgumentPars
     p.add_argument("--offload-gib", type=float, default=16.0, help="host RAM pool of the native tier")
     p.add_argument("--max-model-len", type=int, default=65536)
     p.add_argument("--port", type=int, default=8093)
-    p.add_argument("--time-limit-s", type=int, default=480, help="the whole check, install included")
+    p.add_argument("--time-limit-s", type=int, default=None,
+                   help=f"the whole check, install included (default {TIME_LIMIT_S}; {BANDWIDTH_ONLY_LIMIT_S} with --bandwidth-only)")
     p.add_argument("--bandwidth-blocks", type=int, default=32, help="blocks copied per bandwidth repeat")
     p.add_argument("--skip-install", action="store_true", help="use the environment already there (.venv-device or KVTIER_VLLM_BIN)")
+    p.add_argument("--bandwidth-only", action="store_true",
+                   help="only the host->GPU copy bandwidth, with the machine's own Python and PyTorch (KVTIER_PYTHON): "
+                        "no install, no vLLM, no model, no network")
     p.add_argument("--dry-run", action="store_true", help="print the plan and stop")
     return p
+
+
+def given_options(argv: list[str]) -> set[str]:
+    """The destinations argv sets explicitly (the parser again, with every default None)."""
+    p = build_parser()
+    p.set_defaults(**{a.dest: None for a in p._actions if a.dest != "help"})
+    return {k for k, v in vars(p.parse_args(argv)).items() if v is not None}
 
 
 def make_plan(argv: list[str]) -> Plan:
     """Parse and check; every refusal names the option and why (argparse exits with status 2)."""
     p = build_parser()
     a = p.parse_args(argv)
+    if a.bandwidth_only:
+        extra = sorted(given_options(argv) & set(EVICTION_OPTIONS))
+        if extra:
+            p.error(f"--bandwidth-only measures the copy alone: {', '.join('--' + e.replace('_', '-') for e in extra)} "
+                    "belong to the eviction test")
+    if a.time_limit_s is None:
+        a.time_limit_s = BANDWIDTH_ONLY_LIMIT_S if a.bandwidth_only else TIME_LIMIT_S
     if a.cycles < MIN_CYCLES:
         p.error(f"--cycles {a.cycles}: the check needs >= {MIN_CYCLES} cycles (a spread needs three launches)")
     for name in ("target_tokens", "block_tokens", "max_model_len", "time_limit_s", "bandwidth_blocks"):
@@ -102,7 +127,8 @@ def make_plan(argv: list[str]) -> Plan:
     return Plan(run_dir=str(run_dir), run_id=run_id, cycles=a.cycles, target_tokens=a.target_tokens,
                 block_tokens=a.block_tokens, kv_cache_gib=a.kv_cache_gib, offload_gib=a.offload_gib,
                 max_model_len=a.max_model_len, port=a.port, time_limit_s=a.time_limit_s,
-                bandwidth_blocks=a.bandwidth_blocks, skip_install=a.skip_install, dry_run=a.dry_run)
+                bandwidth_blocks=a.bandwidth_blocks, skip_install=a.skip_install, dry_run=a.dry_run,
+                bandwidth_only=a.bandwidth_only)
 
 
 def harness_args(plan: Plan, model: str) -> list[str]:
@@ -125,7 +151,8 @@ def shell_text(plan: Plan, model: str) -> str:
     d = {k.upper(): v for k, v in asdict(plan).items()}
     lines = [f"{k}={shlex.quote(str(int(v) if isinstance(v, bool) else v))}" for k, v in d.items()]
     lines.append(f"RECORDS_DIR={shlex.quote(plan.records_dir)}")
-    lines.append("HARNESS_ARGS=(" + " ".join(shlex.quote(x) for x in harness_args(plan, model)) + ")")
+    args = [] if plan.bandwidth_only else harness_args(plan, model)
+    lines.append("HARNESS_ARGS=(" + " ".join(shlex.quote(x) for x in args) + ")")
     return "\n".join(lines) + "\n"
 
 

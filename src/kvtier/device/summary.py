@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from .. import cliargs as A
 from .plan import SETUP, TIER_RUN
 
 PHASES = ("cold", "hit", "restore")
@@ -151,7 +152,7 @@ def markdown(s: dict[str, Any]) -> str:
 
 def build_parser(prog: str = "kvtier device summary") -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description="Summarise a device-check run folder (writes summary.md, summary.json).")
-    ap.add_argument("run_dir")
+    ap.add_argument("run_dir", type=A.existing_dir)
     return ap
 
 

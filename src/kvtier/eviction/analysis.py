@@ -10,12 +10,15 @@ tables carries the files it was read from, and a number names the cells its comp
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
 import numpy as np
 import pandas as pd
 
+from .. import links, loadrule
+from ..links import Link
 from ..errors import RawRecordError
 from ..records.serverlog_facts import read_log_facts
 from ..records import geometry
@@ -221,11 +224,25 @@ def run_summary(run: EvictionRun, rows: TracedFrame) -> Row:
     r.put("record_set", lambda: record_set(m, run.name))
     r.put("cpus", lambda: m["host"].get("cpus"))
     load = m.get("host_load") or {}
-    for k in ("load1_median", "load1_max", "steal_share"):
+    r.put("load1_median", load_median, run)  # from the samples (the load rule), the summary checked against them
+    for k in ("load1_max", "steal_share"):
         r.put(k, lambda: load.get(k))
     r.put("load_interval_s", lambda: load_interval_s(run.load_series()) if run.host_load is not None else None)
     r["run_dir"] = run.dir.as_posix()
     return r
+
+
+def load_median(run: EvictionRun) -> float | None:
+    """The launch's median 1-minute load over its host_load.tsv samples (kvtier.loadrule), after
+    checking that run.yaml's rounded summary (host_load.load1_median) says the same; None without
+    samples (the launch cannot be judged: kept, counted as unsampled)."""
+    series = run.load_series()
+    if not series:
+        return None
+    median = loadrule.median_load(r["load1"] for r in series)
+    recorded = (run.meta.get("host_load") or {}).get("load1_median")
+    loadrule.check_summary(recorded, median, 2, run.run_yaml, run.host_load or run.dir, "run.yaml's host_load.load1_median")
+    return median
 
 
 def load(run_dirs: list[Path], run_schema: Path, request_schema: Path) -> tuple[TracedFrame, TracedFrame]:
@@ -282,6 +299,7 @@ def table1(reqs: pd.DataFrame, runs: pd.DataFrame, setups: list[str]) -> TracedF
         row.put("ratio_cold_restore", lambda: cold.ttft_s.iloc[0] / rest.ttft_s.iloc[0])
         row.put("restore_minus_hit_s", lambda: rest.ttft_s.iloc[0] - hit.ttft_s.iloc[0])
         row.put("restore_bytes", lambda: rest.load_bytes.iloc[0])
+        row.put("restore_copy_s", lambda: rest.load_time_s.iloc[0])  # the server's own load-time counter
         row.put("blocks_moved", lambda: rest.blocks_moved.iloc[0])
         row.put("blocks_served", lambda: rest.blocks_served.iloc[0])
         row.put("restored_requests", lambda: len(restores.ttft_s))
@@ -297,7 +315,7 @@ def _count(frame: pd.DataFrame, column: str) -> Callable[[], int]:
 
 
 def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setups: list[str], cpu_setup: str | None,
-                     max_load_per_cpu: float = 3.0) -> pd.DataFrame:
+                     max_load_per_cpu: float = 3.0, host_links: Mapping[str, Link] | None = None) -> pd.DataFrame:
     """Register Table 1's numbers and the aggregates. Each is computed through writer.compute, so
     it names the files of the cells it read (setup A's numbers do not cite setup C or the CPU
     runs); which runs count is a selection made before, from the runs' verdicts."""
@@ -325,6 +343,10 @@ def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setups
             writer.add(p + "blocks_moved", T(lambda: int(row.blocks_moved.iloc[0])), "blocks")
         if not pd.isna(one.blocks_served):
             writer.add(p + "blocks_served", T(lambda: int(row.blocks_served.iloc[0])), "blocks")
+        if host_links and one.setup in host_links and not pd.isna(one.restore_bytes):
+            _link_numbers(writer, p, host_links[one.setup],
+                          {"copy": (lambda: row.restore_bytes.iloc[0], lambda: row.restore_copy_s.iloc[0]),
+                           "minus_hit": (lambda: row.restore_bytes.iloc[0], lambda: row.restore_minus_hit_s.iloc[0])})
         if one.kv_cache_tokens:
             writer.add(p + "gpu_pool_tokens", T(lambda: int(row.kv_cache_tokens.iloc[0])), "tokens")
         if one.ram_pool_bytes:
@@ -359,8 +381,34 @@ def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setups
     writer.add("evict.max_ratio", T(lambda: float(t.ratio_cold_restore.max())), "x")
     writer.add("evict.hit_mean", T(lambda: float(t.ttft_hit_s.mean())), "s")
     if cpu_setup:
-        _cpu_numbers(writer, reqs, runs, cpu_setup, max_load_per_cpu)
+        _cpu_numbers(writer, reqs, runs, cpu_setup, max_load_per_cpu, (host_links or {}).get(cpu_setup))
     return t
+
+
+def _link_settings(writer: Any, p: str, link: Link) -> None:
+    """The setup's host link, a hardware fact from config (kvtier.links): its ceiling, and for PCIe
+    its generation and lanes."""
+    writer.add(p + "link.ceiling", link.bytes_per_s, "B/s", inputs=[], note=f"{link.name} ({link.source})")
+    writer.add(p + "link.pcie", int(link.kind == "pcie"), "count", inputs=[], note="1: PCIe; 0: a copy within host memory")
+    if link.kind == "pcie":
+        writer.add(p + "link.pcie_generation", float(link.pcie_generation or 0), "count", inputs=[])
+        writer.add(p + "link.pcie_lanes", int(link.pcie_lanes or 0), "count", inputs=[])
+
+
+def _link_numbers(writer: Any, p: str, link: Link, rates: Mapping[str, tuple[Callable[[], float], Callable[[], float]]]) -> None:
+    """A restore's rates against its link (kvtier.links), each as (bytes, seconds): over the server's
+    copy time ("copy") and over the difference to a hit ("minus_hit"), each with whether it is above
+    the ceiling (1: that time is not the copy's)."""
+    T = writer.compute
+    _link_settings(writer, p, link)
+    for name, (nbytes, seconds) in rates.items():
+        ck_ = T(lambda: links.check(nbytes(), seconds(), link))
+        if math.isnan(ck_["rate"]):
+            continue
+        writer.add(p + f"link.{name}_time", T(seconds), "s")
+        writer.add(p + f"link.{name}_rate", ck_["rate"], "B/s")
+        writer.add(p + f"link.{name}_share", ck_["share_of_link"], "fraction")
+        writer.add(p + f"link.{name}_above", ck_["above_link"], "count", note="1: above the link's ceiling")
 
 
 def _spread(writer: Any, key: str, values: Callable[[], pd.Series], unit: str) -> None:
@@ -378,7 +426,8 @@ def _spread(writer: Any, key: str, values: Callable[[], pd.Series], unit: str) -
         writer.add(key + ".ci95_hi", sp["ci95_hi"], unit, note="95% interval of the median, order statistics")
 
 
-def _cpu_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setup: str, max_load_per_cpu: float) -> None:
+def _cpu_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setup: str, max_load_per_cpu: float,
+                 link: Link | None = None) -> None:
     """The measured runs on vLLM's CPU build, as an instrument: the latest record set (by recorded
     start), per tier (native CPU tier, no-offload control) its launches, those flagged for load, and
     the cycles of the others pooled: median, range and 95% interval. Keys: evict.<setup>.<tier>.*"""
@@ -420,6 +469,12 @@ def _cpu_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setup: str
         p = f"evict.{setup}.{tier}."
         writer.add(p + "launches", T(_count(group, "started")), "count")
         writer.add(p + "launches_flagged", T(lambda: int(group.load_flagged.sum())), "count")
+        with quiet():
+            out = group[group.load_flagged.to_numpy()]
+        for j in range(len(out)):  # each launch kept out, shown with the load that put it out (the load rule)
+            one = out.iloc[[j]]
+            writer.add(p + f"flagged.{j}.load", T(lambda: float(one.load1_median.iloc[0])), "x",
+                       note="median 1-minute load over the launch's samples, above the threshold")
         # every launch above the threshold: the medians are over all of them, and say so (all_flagged)
         writer.add(p + "all_flagged", T(lambda: int(group[(~group.load_flagged).to_numpy()].empty)), "count",
                    note="1: no launch below the load threshold")
@@ -431,7 +486,13 @@ def _cpu_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setup: str
             rows = reqs[reqs.run.isin(kept.run).to_numpy()]
             cold, hit, rest = (rows[(rows.phase == ph).to_numpy()].sort_values(["run", "cycle"]) for ph in ("cold", "hit", "restore"))
             rest = rest[(rest["round"] == 1).to_numpy()]
+            # with a tier, a request after eviction the pool served nothing to was recomputed: not a restore
+            after = rest
+            rest = rest[ck.restored_from_pool(after, str(tier))]
         writer.add(p + "launches_used", T(_count(kept, "started")), "count")
+        if tier != "none":
+            writer.add(p + "restores_recomputed", T(lambda: int((~ck.restored_from_pool(after, str(tier))).sum())), "requests",
+                       note="requests after eviction that took no tokens from the pool: reported, out of the restore medians")
         writer.add(p + "cycles", T(lambda: int(kept.cycles.sum())), "count", note="cycles of the launches kept, pooled")
         writer.add(p + "cycles_per_launch", T(lambda: int(kept.cycles.min())), "count")
         for name_, frame in (("cold", cold), ("hit", hit), ("restore", rest)):
@@ -465,6 +526,17 @@ def _cpu_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, setup: str
             # moved minus served, from whole numbers (bytes x tokens) so that equality is exact
             _spread(writer, p + "extra_blocks", lambda: ((rest.load_bytes * rest.block_tokens - rest.pool_tokens * rest.bytes_per_block)
                                                         / (rest.bytes_per_block * rest.block_tokens)), "blocks")
+            if link is not None:  # every kept restore's rates against the host's memory copy; the fastest is checked
+                def per() -> pd.DataFrame:  # bytes, the server's copy time, and the restore less its cycle's hit
+                    r, h = rest.set_index(["run", "cycle"]), hit.set_index(["run", "cycle"])
+                    return pd.DataFrame({"b": r.load_bytes, "copy_s": r.load_time_s, "minus_hit_s": r.ttft_s - h.ttft_s}).dropna()
+
+                def fastest(over: str) -> pd.Series:  # the restore whose rate over `over` is highest
+                    f = per()
+                    return f.loc[(f.b / f[over].where(f[over] > 0)).idxmax()]
+                _link_numbers(writer, p, link, {"copy": (lambda: fastest("copy_s").b, lambda: fastest("copy_s").copy_s),
+                                                "minus_hit": (lambda: fastest("minus_hit_s").b,
+                                                              lambda: fastest("minus_hit_s").minus_hit_s)})
             writer.add(p + "block_tokens", T(lambda: int(rest.head(1).block_tokens.dropna().iloc[0])), "tokens")
             writer.add(p + "bytes_per_block", T(lambda: int(rest.head(1).bytes_per_block.dropna().iloc[0])), "B")
             if r.ram_pool_bytes:

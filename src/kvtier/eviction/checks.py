@@ -8,6 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+import pandas as pd
+
 from ..records.geometry import offload_block_bytes_of as offload_block_bytes, offload_block_tokens
 from ..records.prometheus import Snapshot
 
@@ -55,14 +58,29 @@ def restore_checks(before: Snapshot, after: Snapshot, prompt_tokens: int, block_
 
 
 # One function per verdict, so the analysis can compute each from the records it rests on alone.
+def whole_blocks(quotient: float) -> int:
+    """A quotient of blocks to the nearest whole block: moved and served go through this one
+    rounding, so that a load the pool served in full reads as equal (124.96 moved for 124.96
+    served is 125 / 125, never 125 / 124 as a rounded count beside a floored one would read)."""
+    return int(round(quotient))
+
+
 def blocks_moved(load_bytes: float | None, per_block: int | None) -> int | None:
-    """Whole offloaded blocks the load bytes make (the note's count)."""
-    return round(load_bytes / per_block) if load_bytes is not None and per_block else None
+    """Offloaded blocks the load bytes make, to the nearest whole block (the note's count)."""
+    return whole_blocks(load_bytes / per_block) if load_bytes is not None and per_block else None
 
 
 def blocks_served(pool_tokens: float | None, block_tokens: int | None) -> int | None:
-    """Whole offloaded blocks' worth of tokens the pool served."""
-    return int(pool_tokens // block_tokens) if block_tokens else None  # type: ignore[operator]
+    """Offloaded blocks' worth of tokens the pool served, to the nearest whole block (as moved)."""
+    return whole_blocks(pool_tokens / block_tokens) if pool_tokens is not None and block_tokens else None
+
+
+def restored_from_pool(after: pd.DataFrame, tier: str) -> np.ndarray:
+    """Which requests after eviction count as restores: with a tier, those the pool served tokens
+    to (a request the server computed again instead is recomputed, not restored); without one
+    (the control), every request after eviction, each recomputed by design."""
+    served = (pd.to_numeric(after.pool_tokens, errors="coerce").fillna(0) > 0).to_numpy()
+    return served | (tier == "none")  # read for both tiers: a count over them names the files it read
 
 
 def evicted(gpu_hit_tokens: float, prompt_tokens: int, tolerance: float) -> bool:

@@ -4,8 +4,9 @@ A record set is the launches of one invocation (run.yaml `record_set`; a run wit
 of its own, named after its folder without the tier). The note reads the latest set by recorded
 start time; earlier sets stay pinned and are counted, never mixed into its medians. A launch
 whose median 1-minute load average over its host_load.tsv samples exceeds `max_load_per_cpu`
-times the host's CPUs is flagged and kept out of the medians (a launch without a load series
-cannot be judged and is kept in, counted as unsampled). Each median over the cycles of the
+times the host's CPUs (the one load rule: kvtier.loadrule, docs/LOAD-RULE.md) is flagged and kept
+out of the medians (a launch without a load series cannot be judged and is kept in, counted as
+unsampled). Each median over the cycles of the
 launches kept comes with its range and, from six values on, a distribution-free 95% interval for
 the median (order statistics of the binomial, as in Conover, Practical Nonparametric Statistics).
 """
@@ -18,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from .. import loadrule
 from ..hostload import read_series
 from ..records.traced import TracedFrame
 
@@ -64,7 +66,8 @@ def record_set(meta: dict[str, Any], name: str) -> str:
 
 
 def flag_load(runs: pd.DataFrame, max_load_per_cpu: float) -> pd.DataFrame:
-    """Add `load_flagged` (median 1-minute load above the threshold) and `load_sampled`."""
+    """Add `load_flagged` and `load_sampled`: the one load rule (kvtier.loadrule) on each launch's
+    `load1_median`, which the reader computed from its host_load.tsv samples."""
     runs = TracedFrame(runs)  # each derived cell names the run.yaml it read (records.traced)
     nan = pd.Series(np.nan, index=runs.index)
 
@@ -74,8 +77,8 @@ def flag_load(runs: pd.DataFrame, max_load_per_cpu: float) -> pd.DataFrame:
     def cpus(f: pd.DataFrame) -> pd.Series:
         return pd.to_numeric(f["cpus"], errors="coerce") if "cpus" in f else nan.loc[f.index]
     runs = runs.derive("load_sampled", lambda f: load(f).notna())
-    runs = runs.derive("load_threshold", lambda f: max_load_per_cpu * cpus(f))
-    runs = runs.derive("load_flagged", lambda f: f.load_sampled & (load(f) > f["load_threshold"]))
+    runs = runs.derive("load_threshold", lambda f: loadrule.threshold(max_load_per_cpu, 1) * cpus(f))
+    runs = runs.derive("load_flagged", lambda f: f.load_sampled & (load(f) > f["load_threshold"]))  # loadrule.flagged
     runs["load1_median"] = load(runs).to_numpy()
     return runs
 

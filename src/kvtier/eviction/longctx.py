@@ -20,6 +20,7 @@ so no finished prefill is sent again.
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import shlex
@@ -30,10 +31,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
+import yaml
+
 from ..records.evictionrun import run_status
-from ..runfolder import pin_new, resolve_id
+from ..runfolder import pin_new, resolve_id, run_files
 from ..serving.server import PreflightError
 from ..serving import vllmbin
+from .. import cliargs as A
 from ..yamlio import load_yaml
 from .runner import derive_evictors, out_threshold
 
@@ -185,7 +189,6 @@ def ensure_model(cfg: dict[str, Any], s: Sizing) -> Path:
 
 def _positions(model: Path) -> int | None:
     cfg = model / "config.json"
-    import json
     return int(json.loads(cfg.read_text())["max_position_embeddings"]) if cfg.exists() else None
 
 
@@ -234,7 +237,7 @@ def drive(cfg: dict[str, Any], run: str, resume: bool, only: Iterable[int] | Non
         rc = subprocess.run(argv).returncode
         if rc == 0 and status(folder) == "complete":
             if pin:
-                pin_new(sorted(p for p in folder.rglob("*") if p.is_file()), "measured",
+                pin_new(run_files(folder), "measured",
                         f"long-context eviction-test records of {cfg['setup']}/{folder.name} (kvtier.eviction.longctx)")
         else:
             failed += 1
@@ -245,17 +248,30 @@ def drive(cfg: dict[str, Any], run: str, resume: bool, only: Iterable[int] | Non
 
 
 def load_config(path: str) -> dict[str, Any]:
-    cfg = load_yaml(Path(path).read_text(encoding="utf-8"))
-    return cfg["experiments"]["longctx"]
+    """experiments.longctx of the config file; a file without it is refused, naming the file."""
+    try:
+        cfg = load_yaml(Path(path).read_text(encoding="utf-8"))
+    except yaml.YAMLError as e:
+        raise ValueError(f"{path}: not YAML ({e})".replace("\n", " ")) from None
+    section = ((cfg or {}).get("experiments") or {}).get("longctx") if isinstance(cfg, dict) else None
+    if not isinstance(section, dict) or not section.get("sizes"):
+        raise ValueError(f"{path}: no experiments.longctx section with sizes (not the artifact's config file?)")
+    return section
+
+
+def configured_sizes(cfg: dict[str, Any]) -> list[int]:
+    return [int(entry["tokens"]) for entry in cfg["sizes"]]
 
 
 def build_parser(prog: str = "kvtier longctx") -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("command", choices=["plan", "run"])
-    ap.add_argument("--config", default="config/config.yaml")
-    ap.add_argument("--run-id", default="auto", help="the run (auto: a new id); with --resume, the run to continue")
+    ap.add_argument("--config", default="config/config.yaml", type=A.existing_file)
+    ap.add_argument("--settings", help="the experiments.longctx section itself, as JSON (what the rule passes, with "
+                                       "snakemake's --config overrides in it); instead of reading --config")
+    ap.add_argument("--run-id", default="auto", type=A.name, help="the run (auto: a new id); with --resume, the run to continue")
     ap.add_argument("--resume", action="store_true")
-    ap.add_argument("--sizes", type=int, nargs="*", help="only these conversation lengths (as configured)")
+    ap.add_argument("--sizes", type=A.COUNT, nargs="*", help="only these conversation lengths (as configured)")
     ap.add_argument("--no-pin", action="store_true", help="leave the records out of raw/MANIFEST.tsv")
     return ap
 
@@ -263,9 +279,16 @@ def build_parser(prog: str = "kvtier longctx") -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     a = ap.parse_args(argv)
-    cfg = load_config(a.config)
+    try:
+        cfg = json.loads(a.settings) if a.settings else load_config(a.config)
+    except ValueError as e:  # the YAML reader's errors name the file and line; a missing section, the file
+        ap.error(f"--{'settings' if a.settings else 'config'} {e}")
     if a.resume and a.run_id == "auto":
         ap.error("--resume needs the --run-id of the run to continue")
+    unknown = sorted(set(a.sizes or []) - set(configured_sizes(cfg)))
+    if unknown:  # a size the config does not list would select no launch: say so, not nothing
+        ap.error(f"--sizes {' '.join(map(str, unknown))}: not configured in {a.config} "
+                 f"(experiments.longctx.sizes: {', '.join(map(str, configured_sizes(cfg)))})")
     run = resolve_id(a.run_id)
     if a.command == "plan":
         for launch in launches(cfg, a.sizes):

@@ -23,8 +23,10 @@ import pandas as pd
 from ..errors import RawRecordError
 from ..records.evictionrun import read_run
 from ..records.touch import quiet
-from ..records.traced import SRC, Row, TracedFrame, read
+from ..records import identity
+from ..records.traced import SRC, Row, TracedFrame, plain, read
 from . import analysis
+from .checks import restored_from_pool
 from .cpuset import flag_load, spread
 
 SPREAD_FIELDS = ("median", "min", "max", "n", "ci95_lo", "ci95_hi")
@@ -38,11 +40,17 @@ def size_key(tokens: int) -> str:
 def load(run_dirs: list[Path], run_schema: Path, request_schema: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Rows of every measured request and one row per launch, with the size each was built to."""
     read_runs = [read_run(d, run_schema, request_schema) for d in run_dirs]  # each read and validated once
+    with quiet():  # each launch once: its folder is what its run.yaml says, and no other folder is it too
+        identity.check_unique(identity.longctx(r.dir, plain(r.meta)) for r in read_runs)
     reqs, runs = analysis.tables(read_runs)
     if runs.empty:
         raise RawRecordError("raw/eviction/longctx", "no long-context runs among the pinned records")
     meta = {r.dir.as_posix(): r.meta for r in read_runs}
     cells = [read(_wall_s, meta[d]) for d in runs.run_dir]
+    for d, (v, _) in zip(runs.run_dir, cells):
+        if v is not None and not v >= 0:  # a launch that ends before it starts: a clock or an edit, not a time
+            raise RawRecordError(Path(d) / "run.yaml", f"the launch lasts {v} s (host_load.end, or finished, before its start): "
+                                                       "times are never negative")
     runs["wall_s"] = [v for v, _ in cells]
     runs[SRC + "wall_s"] = pd.Series([f for _, f in cells], index=runs.index, dtype=object)
     reqs = TracedFrame(reqs.merge(runs[["run", "target_tokens"]], on="run", how="left"))
@@ -82,9 +90,15 @@ def size_table(reqs: pd.DataFrame, runs: pd.DataFrame, max_load_per_cpu: float) 
         with quiet():
             kept = grp[(~grp.load_flagged).to_numpy()]
             r = reqs[reqs.run.isin(kept.run).to_numpy()]
-            cold, hit, rest = (r[(r.phase == ph).to_numpy()] for ph in ("cold", "hit", "restore"))
+            cold, hit, after = (r[(r.phase == ph).to_numpy()] for ph in ("cold", "hit", "restore"))
+            # with the tier, a request after eviction is a restore only if the pool served it: one the
+            # server computed again (no pool tokens) is reported as recomputed, out of the restores'
+            # count, times and ratios; the control's requests after eviction are all recomputed
+            pooled = restored_from_pool(after, tier)
+            rest = after[pooled]
             lp = rest[rest.logprob_passed.notna().to_numpy()]
             rr = ratios(r)
+            rr = rr[restored_from_pool(rr, tier)]
         row = Row()
         row.put("target_tokens", lambda: int(grp.target_tokens.iloc[0]))
         row["tier"] = tier
@@ -92,19 +106,23 @@ def size_table(reqs: pd.DataFrame, runs: pd.DataFrame, max_load_per_cpu: float) 
         row.put("launches_flagged", lambda: int(grp.load_flagged.sum()))
         row.put("launches_used", lambda: len(kept.started))
         row.put("restores", lambda: len(rest.ttft_s))
+        row.put("restores_recomputed", lambda: int((~restored_from_pool(after, tier)).sum()))
         row.put("prompt_tokens", lambda: float(cold.prompt_tokens.median()) if len(r) else math.nan)
         row.put("kv_cache_tokens", lambda: float(kept.kv_cache_tokens.median()) if len(kept) else math.nan)
         row.put("wall_s_median", lambda: float(kept.wall_s.median()) if len(kept) else math.nan)
         row.put("wall_s_min", lambda: float(kept.wall_s.min()) if len(kept) else math.nan)
         row.put("wall_s_max", lambda: float(kept.wall_s.max()) if len(kept) else math.nan)
         row.put("load1_median_max", lambda: float(pd.to_numeric(grp.load1_median, errors="coerce").max()))
+        with quiet():
+            kept_out = grp[grp.load_flagged.to_numpy()]
+        row.put("flagged_loads", lambda: [float(v) for v in kept_out.load1_median])  # each launch kept out, with its load
         row.put("logprob_checked", lambda: len(lp.logprob_passed))
         row.put("logprob_passed", lambda: int((lp.logprob_passed == True).sum()))  # noqa: E712
         row.put("logprob_same_compute", lambda: int((lp.logprob_same_compute == True).sum()))  # noqa: E712
         row.put("logprob_max_diff", lambda: float(lp.logprob_max_diff.max()) if len(lp) else math.nan)
         for name, values in (("cold", lambda: cold.ttft_s), ("hit", lambda: hit.ttft_s), ("restore", lambda: rest.ttft_s),
                              ("ratio", lambda: rr.cold_s / rr.ttft_s), ("restore_bytes", lambda: rest.load_bytes),
-                             ("blocks_moved", lambda: rest.blocks_moved), ("blocks_served", lambda: rest.blocks_served),
+                             ("blocks_moved", lambda: rest.blocks_moved_exact), ("blocks_served", lambda: rest.blocks_served_exact),
                              ("pool_tokens", lambda: rest.pool_tokens), ("computed_tokens", lambda: rest.computed_tokens),
                              ("gpu_hit_tokens", lambda: rest.gpu_hit_tokens)):
             row.put("_sp", lambda: spread(pd.to_numeric(values(), errors="coerce")) or {})
@@ -154,7 +172,7 @@ def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, table:
             return T(lambda: kind(one[col].iloc[0]))
         writer.add(p + "target_tokens", v("target_tokens", int), "tokens")
         writer.add(p + "prompt_tokens", v("prompt_tokens"), "tokens")
-        for k in ("launches", "launches_flagged", "launches_used", "restores", "logprob_checked", "logprob_passed",
+        for k in ("launches", "launches_flagged", "launches_used", "restores", "restores_recomputed", "logprob_checked", "logprob_passed",
                   "logprob_same_compute"):
             writer.add(p + k, v(k, int), "count")
         if pd.notna(row.kv_cache_tokens):
@@ -167,6 +185,9 @@ def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, table:
             for f in SPREAD_FIELDS:
                 if pd.notna(getattr(row, f"{name}_{f}")):
                     writer.add(f"{p}{name}.{f}", v(f"{name}_{f}", int if f == "n" else float), "count" if f == "n" else unit)
+        for j, _ in enumerate(row.flagged_loads):
+            writer.add(p + f"flagged.{j}.load", T(lambda: float(one.flagged_loads.iloc[0][j])), "x",
+                       note="median 1-minute load over the launch's samples, above the threshold (the load rule)")
         if pd.notna(row.wall_s_median):
             writer.add(p + "wall_s.median", v("wall_s_median"), "s")
             writer.add(p + "wall_s.min", v("wall_s_min"), "s")
@@ -201,7 +222,7 @@ def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, table:
     writer.add("longctx.sizes", T(lambda: int(table.target_tokens.nunique())), "count")
     for i, size in enumerate(T(lambda: [int(x) for x in sorted(table.target_tokens.unique())])):  # in order, for the page's loops
         writer.add(f"longctx.size.{i}.tokens", size, "tokens")
-    # the set's cost (the README's benchmark): every launch, kept or flagged, server start to stop
+    # the set's cost (the run times in docs/EXPERIMENTS.md): every launch, kept or flagged, server start to stop
     writer.add("longctx.time.launches", T(lambda: int(runs.wall_s.notna().sum())), "count")
     writer.add("longctx.time.launches_s", T(lambda: float(pd.to_numeric(runs.wall_s, errors="coerce").sum())), "s")
     writer.add("longctx.restore_min_tokens", 190_000, "tokens", inputs=[], note="the issue's bar for a restore at the note's scale")
@@ -211,12 +232,19 @@ def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, table:
         control = table[(table.tier == "none").to_numpy()]
     writer.add("longctx.restores_native", T(lambda: int(native.restores.sum())), "requests")
     writer.add("longctx.restores_native_190k", T(lambda: int(big.restores.sum())), "requests",
-               note="restores from the native tier of conversations built to >= 190,000 tokens")
+               note="restores from the native tier of conversations built to >= 190,000 tokens (the pool served tokens)")
+    writer.add("longctx.recomputed_native", T(lambda: int(native.restores_recomputed.sum())), "requests",
+               note="requests after eviction the native tier's server computed again (no pool tokens): not restores")
     if len(control):
         writer.add("longctx.control_ratio_min", T(lambda: float(control.ratio_min.min())), "x")
         writer.add("longctx.control_ratio_max", T(lambda: float(control.ratio_max.max())), "x")
     writer.add("longctx.logprob_failed", T(lambda: int((table.logprob_checked - table.logprob_passed).sum())), "count")
     writer.add("longctx.max_load_per_cpu", max_load_per_cpu, "x", inputs=[])
+    with quiet():
+        cpus = pd.to_numeric(runs.cpus, errors="coerce").dropna()
+    if len(cpus):
+        writer.add("longctx.load_threshold", T(lambda: float(max_load_per_cpu * pd.to_numeric(runs.cpus).max())), "x",
+                   note="the load rule's threshold on this host: max_load_per_cpu x the CPUs")
     gfit = T(lambda: power_fit(*zip(*[(r.prompt_tokens, r.ttft_s) for r in read_coldreads(coldread_table)])))
     writer.add("longctx.fit.gpu.exponent", gfit["exponent"], "x", note="the same fit to the note's timed cold reads (setup C)")
     writer.add("longctx.fit.gpu.points", gfit["points"], "count")

@@ -31,6 +31,7 @@ from .checks import exact_blocks, request_delta, restore_checks
 from .host import kv_bytes_per_token, load_average
 from ..records import geometry
 from ..records.evictionrun import FORMAT, RunWriter, parse_phase_id, phase_ids
+from ..runfolder import differences, repair_cut_last_line
 
 CYCLE_SEED_STRIDE = 100_003   # seeds of cycle c: seed + (c - 1) * stride (+ 1000 + i for its evictors)
 WARMUP_SEED = 999_983
@@ -86,6 +87,37 @@ def placed_tokens(before: Snapshot, after: Snapshot) -> float:
     return float(d["computed_tokens"] or 0) + float(d["pool_tokens"] or 0)
 
 
+def resume_differences(meta: dict[str, Any], plan: Plan, static: dict[str, Any]) -> list[str]:
+    """What a resume would change of the run it continues: the plan's options (as run.yaml's
+    `plan` records them, once the run got that far) and the server's and model's settings."""
+    out: list[str] = []
+    recorded = meta.get("plan")
+    if recorded:
+        now = asdict(plan)
+        given = now.pop("evictors")
+        out += differences(recorded, {k: v for k, v in now.items() if k in recorded})  # a field older runs lack: not recorded
+        if given is None and recorded.get("evictors_from") == "given":
+            out.append(f"evictors: recorded {recorded.get('evictors')!r} (given), now derived from the KV cache")
+        elif given is not None and (recorded.get("evictors_from") != "given" or recorded.get("evictors") != given):
+            out.append(f"evictors: recorded {recorded.get('evictors')!r} ({recorded.get('evictors_from')}), now {given!r}")
+    server = {k: static["server"].get(k) for k in ("tier", "offload_gib", "offload_block_tokens")}
+    out += differences(meta.get("server") or {}, server, "server")
+    model = {"path": static["model"].get("path")}
+    if static["model"].get("served_name"):
+        model["served_name"] = static["model"]["served_name"]
+    out += differences(meta.get("model") or {}, model, "model")
+    return [d if d.startswith(("server.", "model.", "--")) else _option(d) for d in out]
+
+
+def _option(difference: str) -> str:
+    """'request_timeout_s: recorded ...' -> '--request-timeout: recorded ...' (the option that sets it)."""
+    field, _, rest = difference.partition(":")
+    return f"{PLAN_OPTIONS.get(field, '--' + field.replace('_', '-'))}:{rest}"
+
+
+PLAN_OPTIONS = {"request_timeout_s": "--request-timeout", "evictor_max_tokens": "evictor_max_tokens (no option)"}
+
+
 def _now() -> str:
     return dt.datetime.now(dt.timezone.utc).isoformat(timespec="milliseconds")
 
@@ -118,9 +150,34 @@ class Harness:
         self.meta: dict[str, Any] = {}
         self.phase = "setup"
         self.field_findings: list[fieldchecks.Finding | None] = []  # e.g. /dev/shm growth at start (the CLI adds it)
+        self.repairs: list[dict[str, Any]] = []  # a cut last line of requests.jsonl, dropped on resume
+        self._resume_checked = False
 
     # ---------------------------------------------------------------- bookkeeping
+    def check_resume(self) -> list[dict[str, Any]]:
+        """Before a resumed run touches anything (the CLI calls it before the server starts): the
+        run is not complete, its recorded plan and server settings equal this launch's (else
+        refused, naming each difference), and requests.jsonl's last line, if a crash cut it, is
+        dropped and returned as a repair (any other bad line: RawRecordError naming it)."""
+        if self._resume_checked:
+            return self.repairs
+        old = self.writer.load_meta()
+        if old is not None:
+            if old.get("status") == "complete":
+                raise HarnessFailed(f"{self.writer.run_yaml}: run already complete; choose a new run id")
+            diffs = resume_differences(old, self.plan, self.static)
+            if diffs:
+                raise HarnessFailed(f"{self.writer.run_yaml}: a resume must run the recorded plan; these options differ: "
+                                    + "; ".join(diffs) + " (resume with the recorded options, or start a new run)")
+            repair = repair_cut_last_line(self.writer.requests_jsonl)
+            if repair:
+                repair["attempt"] = int(old.get("attempts", 0)) + 1
+                self.repairs.append(repair)
+        self._resume_checked = True
+        return self.repairs
+
     def _start_meta(self) -> None:
+        self.check_resume()
         old = self.writer.load_meta()
         if old is None:
             self.meta = {"format": FORMAT, "provenance": "measured", "setup": self.setup, "run": self.writer.dir.name,
@@ -129,11 +186,17 @@ class Harness:
                          "plan": None, "conversation": None, "phases_completed": []}
             if self.static.get("record_set"):  # the launches of one invocation, analysed together
                 self.meta["record_set"] = self.static["record_set"]
+            self.meta["identity"] = run_identity(self.writer.dir.name, self.setup, self.static["server"].get("tier"),
+                                                 self.plan.target_tokens)
         else:
             self.meta = old
-            if old["status"] == "complete":
-                raise HarnessFailed(f"{self.writer.run_yaml}: run already complete; choose a new run id")
+            if old["status"] == "running":  # its writer held the lock and is gone: killed without a word
+                self.meta.setdefault("interrupted", []).append(
+                    {"attempt": old["attempts"], "reason": "run.yaml still said running: that launch ended without "
+                                                           "marking the run (killed?)"})
             self.meta.update(status="running", attempts=old["attempts"] + 1, failure=None, finished=None)
+            if self.repairs:
+                self.meta.setdefault("repairs", []).extend(self.repairs)
             self.meta["server"] = self.static["server"]
         self.writer.write_meta(self.meta)
 
@@ -223,6 +286,9 @@ class Harness:
                 reason = f"server exited with code {code} during {self.phase} ({e}); see server.log"
             self._fail(reason)
             raise HarnessFailed(f"run failed in phase {self.phase}: {reason}") from None
+        except Exception as e:  # anything else (a bad record read back, a bug): failed with its reason, never left running
+            self._fail(f"{type(e).__name__}: {e}")
+            raise
         return self.meta
 
     def _conversations(self) -> list[conv_mod.Conversation]:
@@ -270,8 +336,18 @@ class Harness:
             raise HarnessFailed(f"bytes per offloaded block: the server log says {from_log:,}, the model's geometry "
                                 f"{from_model:,} ({per_token:,} B/token x {block:,} tokens); check --dtype and the model") from None
 
+    def _check_model(self) -> None:
+        """The server serves the model asked for (an attached server may serve another): checked
+        before any request, and what was served recorded (model.served_name, model.served)."""
+        self.phase = "model"
+        served = self.client.served_record()
+        self.meta["model"]["served_name"] = served["used"]
+        self.meta["model"]["served"] = served
+        self.writer.write_meta(self.meta)
+
     def _run_phases(self) -> None:
         plan = self.plan
+        self._check_model()
         self.phase = "conversation"
         convs = self._conversations()
         self._offload_block_bytes()
@@ -432,3 +508,12 @@ class Harness:
 
     def writer_requests(self) -> list[dict[str, Any]]:
         return self.writer.written_requests()
+
+
+def run_identity(name: str, setup: str, tier: str | None, target_tokens: int) -> dict[str, Any]:
+    """The identity a new run's run.yaml states (records.identity): its folder's name, setup, tier,
+    size and, for a long-context launch (<set>-<size>k-<launch>-<tier>), its launch; and a run token."""
+    from ..records.identity import LONGCTX_NAME, new_identity
+
+    m = LONGCTX_NAME.match(name)
+    return new_identity(name, setup, int(m["launch"]) if m else None, tier, int(target_tokens))

@@ -15,8 +15,11 @@ from ..snake import activated
 def pinned_records(manifest: str, records: str, exclude: tuple[str, ...] = ()) -> list[str]:
     """Raw files under the records folder that the manifest pins (only those are analysed), less
     those under `exclude` (a record set another rule analyses, e.g. the long-context runs)."""
+    from ..records.access import in_failed_folder  # a failed launch's folder is never read
+
     return sorted(p for p in read_manifest(manifest)
-                  if Path(p).is_relative_to(records) and not any(Path(p).is_relative_to(x) for x in exclude))
+                  if Path(p).is_relative_to(records) and not any(Path(p).is_relative_to(x) for x in exclude)
+                  and not in_failed_folder(p))
 
 
 def setup_records(records: list[str], root: str, setups: list[str]) -> list[str]:

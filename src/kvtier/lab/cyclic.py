@@ -46,11 +46,12 @@ from typing import Callable, Iterator
 from tqdm import tqdm
 
 from ..errors import ManifestError
+from .. import cliargs as A
 from ..runfolder import claim, pin_new
-from ..serving import ServerSpec, ServingClient, VllmServer
+from ..serving import RequestFailed, ServerDied, ServerSpec, ServingClient, VllmServer
 from ..serving import redact
 from ..serving.redact import redact_argv
-from ..serving.server import preflight
+from ..serving.server import PreflightError, preflight
 from ..records import labwriter as W
 from ..records.labwriter import PASSES
 from ..serving import vllmbin
@@ -214,9 +215,13 @@ class LoadRecorder:
 
 
 def run(out: str | Path, plan: CyclicPlan, spec_for: Callable[[str], ServerSpec], progress: bool = True,
-        health_timeout_s: float = 900.0, extra: dict | None = None) -> list[Path]:
+        health_timeout_s: float = 900.0, extra: dict | None = None, request_timeout_s: float = 600.0) -> list[Path]:
     """Launch each setup's server in turn, run the passes, stop it; returns the files written.
-    `out` must be new (or empty): nothing of an earlier run is overwritten or appended to."""
+    `out` must be new (or empty): nothing of an earlier run is overwritten or appended to. Each
+    server must serve the model under the name asked for (recorded: served_model); a request
+    waits at most `request_timeout_s` for a byte and twice that in all. A launch that fails
+    (another model served, a stalled or cut answer, a server that dies) writes run.yaml with
+    status failed and the reason, and raises."""
     out = claim(out, flag="--out", resumable=False)  # a new folder, before any server: a run never writes into another run's records
     specs = {s: spec_for(s) for s in plan.setups}
     for spec in specs.values():
@@ -228,24 +233,35 @@ def run(out: str | Path, plan: CyclicPlan, spec_for: Callable[[str], ServerSpec]
 
     host = host_info()  # before the servers: its load_average_start is the load at the start
     started = utc_now()
+    served: dict[str, dict] = {}
     with LoadRecorder() as load:
         for setup, spec in specs.items():
             preflight(spec)
             log = out / setup / "server.log"
-            with VllmServer(spec, log) as server:
-                server.wait_healthy(health_timeout_s)
-                with ServingClient(server.url, spec.served_name) as client:
-                    before = process_cpu_seconds(server.proc.pid) if server.proc else {}
-                    t0 = time.monotonic()
-                    rows += run_passes(client, setup, plan, docs, out / setup / "metrics", progress)
-                    after = process_cpu_seconds(server.proc.pid) if server.proc else {}
-                    cpu[setup] = {"wall_s": round(time.monotonic() - t0, 2),
-                                  "processes": {k: round(v - before.get(k, 0.0), 2) for k, v in after.items()}}
-            redact.scrub_file(log, redact.secret_values(spec.command(), spec.env))  # vLLM echoes its arguments
+            try:
+                with VllmServer(spec, log) as server:
+                    server.wait_healthy(health_timeout_s)
+                    with ServingClient(server.url, spec.served_name, timeout_s=request_timeout_s) as client:
+                        served[setup] = client.served_record()  # the model asked for, or RequestFailed
+                        before = process_cpu_seconds(server.proc.pid) if server.proc else {}
+                        t0 = time.monotonic()
+                        rows += run_passes(client, setup, plan, docs, out / setup / "metrics", progress)
+                        after = process_cpu_seconds(server.proc.pid) if server.proc else {}
+                        cpu[setup] = {"wall_s": round(time.monotonic() - t0, 2),
+                                      "processes": {k: round(v - before.get(k, 0.0), 2) for k, v in after.items()}}
+            except (RequestFailed, ServerDied) as e:
+                W.write_run(out, redact.record({"record": "lab cyclic-access measurement", "class": "measured",
+                                                "generator": "kvtier.lab.cyclic", "status": "failed",
+                                                "failure": {"setup": setup, "reason": str(e), "at": utc_now()},
+                                                "served_model": served, **(extra or {})}))
+                raise
+            finally:
+                if log.exists():
+                    redact.scrub_file(log, redact.secret_values(spec.command(), spec.env))  # vLLM echoes its arguments
     write_run(out, plan, specs, rows, {"started_utc": started, "ended_utc": utc_now(), "load": load.record(),
                                        "server_cpu_s": cpu,
                                        "host": host, "versions": versions(next(iter(specs.values())).vllm_bin),
-                                       **(extra or {})})
+                                       "served_model": served, **(extra or {})})
     return sorted(p for p in out.rglob("*") if p.is_file())
 
 
@@ -264,7 +280,8 @@ def held(lock: str | Path | None) -> Iterator[None]:
 
 
 def run_launches(root: str | Path, plan: CyclicPlan, spec_for: Callable[[str], ServerSpec], launches: int,
-                 lock: str | Path | None = None, progress: bool = True, health_timeout_s: float = 900.0) -> list[Path]:
+                 lock: str | Path | None = None, progress: bool = True, health_timeout_s: float = 900.0,
+                 request_timeout_s: float = 600.0) -> list[Path]:
     """Each setup `launches` times, interleaved; every launch one setup in a new folder under root."""
     if launches < 1:
         raise ValueError(f"launches must be >= 1, not {launches}")
@@ -276,7 +293,8 @@ def run_launches(root: str | Path, plan: CyclicPlan, spec_for: Callable[[str], S
             folder = root / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{setup}"
             extra = {"launch": {"series": root.name, "setup_launch": i, "of": launches, "position": k, "positions": len(order),
                                 "order": [s for _, s in order]}}
-            files += run(folder, replace(plan, setups=[setup]), spec_for, progress, health_timeout_s, extra)
+            files += run(folder, replace(plan, setups=[setup]), spec_for, progress, health_timeout_s, extra,
+                         request_timeout_s=request_timeout_s)
     return files
 
 
@@ -286,24 +304,42 @@ def build_parser(prog: str = "kvtier lab") -> argparse.ArgumentParser:
     ap.add_argument("--setups", default="vllm,lmcache")
     ap.add_argument("--model", required=True)
     ap.add_argument("--served-name", default="lab")
-    ap.add_argument("--gpu-cache-tokens", type=int, default=21520, help="KV cache size to give the server (tokens)")
-    ap.add_argument("--kv-bytes-per-token", type=int, default=28672, help="to size --kv-cache-memory-bytes")
-    ap.add_argument("--lmcache-gib", type=float, default=1.5, help="pool of setup lmcache (GiB, as LMCache reads it)")
-    ap.add_argument("--lmcache-small-gib", type=float, default=0.25, help="pool of setup lmcache-small, too small for all documents")
-    ap.add_argument("--native-gib", type=float, default=1.5, help="pool of setup native (vLLM's native CPU tier)")
-    ap.add_argument("--native-small-gib", type=float, default=0.25, help="pool of setup native-small, too small for all documents")
-    ap.add_argument("--offload-block-tokens", type=int, default=256, help="offloaded block of the native tier (LMCache's chunk)")
+    ap.add_argument("--gpu-cache-tokens", type=A.COUNT, default=21520, help="KV cache size to give the server (tokens)")
+    ap.add_argument("--kv-bytes-per-token", type=A.COUNT, default=28672, help="to size --kv-cache-memory-bytes")
+    ap.add_argument("--lmcache-gib", type=A.POSITIVE, default=1.5, help="pool of setup lmcache (GiB, as LMCache reads it)")
+    ap.add_argument("--lmcache-small-gib", type=A.POSITIVE, default=0.25, help="pool of setup lmcache-small, too small for all documents")
+    ap.add_argument("--native-gib", type=A.POSITIVE, default=1.5, help="pool of setup native (vLLM's native CPU tier)")
+    ap.add_argument("--native-small-gib", type=A.POSITIVE, default=0.25, help="pool of setup native-small, too small for all documents")
+    ap.add_argument("--offload-block-tokens", type=A.COUNT, default=256, help="offloaded block of the native tier (LMCache's chunk)")
     ap.add_argument("--platform", choices=["cuda", "cpu"], default="cuda")
-    ap.add_argument("--block-size", type=int, help="server KV block size (--block-size)")
-    ap.add_argument("--max-model-len", type=int, default=8192)
-    ap.add_argument("--docs", type=int, default=10)
-    ap.add_argument("--doc-words", type=int, default=2500)
-    ap.add_argument("--port", type=int, default=8031)
+    ap.add_argument("--block-size", type=A.COUNT, help="server KV block size (--block-size)")
+    ap.add_argument("--max-model-len", type=A.COUNT, default=8192)
+    ap.add_argument("--docs", type=A.COUNT, default=10)
+    ap.add_argument("--doc-words", type=A.COUNT, default=2500)
+    ap.add_argument("--port", type=A.PORT, default=8031)
     ap.add_argument("--vllm-bin", help=f"vllm executable; default, in order: {vllmbin.ORDER}")
-    ap.add_argument("--launches", type=int, help="launch each setup this many times, interleaved, each in a new folder under --out")
+    ap.add_argument("--launches", type=A.COUNT, help="launch each setup this many times, interleaved, each in a new folder under --out")
     ap.add_argument("--lock", help="hold an flock on this file for each launch (with --launches)")
+    ap.add_argument("--request-timeout", type=A.POSITIVE, default=600.0,
+                    help="seconds without a byte before a request fails (twice this for a whole request)")
     ap.add_argument("--pin", action="store_true", help="pin the written files in raw/MANIFEST.tsv as measured")
     return ap
+
+
+def server_spec(args: argparse.Namespace, setup: str) -> ServerSpec:
+    """The server one setup of the lab launches, from the lab's parsed arguments (also what
+    tests/test_gpu_env.py hands to the locked vLLM's own parser)."""
+    pools = {"lmcache": args.lmcache_gib, "lmcache-small": args.lmcache_small_gib, "native": args.native_gib,
+             "native-small": args.native_small_gib}
+    extra = ["--kv-cache-memory-bytes", str(args.gpu_cache_tokens * args.kv_bytes_per_token)]
+    if args.block_size:
+        extra += ["--block-size", str(args.block_size)]
+    if args.platform == "cpu":
+        extra += ["--enforce-eager", "--dtype", "bfloat16"]
+    return ServerSpec(model=args.model, served_name=args.served_name, tier=TIER_OF_SETUP[setup],
+                      offload_gib=pools.get(setup, 0.0), offload_block_tokens=args.offload_block_tokens, port=args.port,
+                      vllm_bin=vllmbin.resolve(args.vllm_bin).path, max_model_len=args.max_model_len, platform=args.platform,
+                      ram_headroom_gib=1.0 if args.platform == "cpu" else 8.0, extra_args=extra)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -316,29 +352,25 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown setup(s) {unknown}: choose from {sorted(TIER_OF_SETUP)}")
     plan = CyclicPlan(docs=args.docs, doc_words=args.doc_words, setups=setups,
                       per_request_metrics=args.platform == "cpu" or any(s.startswith("native") for s in setups))
-    pools = {"lmcache": args.lmcache_gib, "lmcache-small": args.lmcache_small_gib, "native": args.native_gib,
-             "native-small": args.native_small_gib}
 
     def spec_for(setup: str) -> ServerSpec:
-        extra = ["--kv-cache-memory-bytes", str(args.gpu_cache_tokens * args.kv_bytes_per_token)]
-        if args.block_size:
-            extra += ["--block-size", str(args.block_size)]
-        if args.platform == "cpu":
-            extra += ["--enforce-eager", "--dtype", "bfloat16"]
-        return ServerSpec(model=args.model, served_name=args.served_name, tier=TIER_OF_SETUP[setup],
-                          offload_gib=pools.get(setup, 0.0), offload_block_tokens=args.offload_block_tokens, port=args.port,
-                          vllm_bin=args.vllm_bin, max_model_len=args.max_model_len, platform=args.platform,
-                          ram_headroom_gib=1.0 if args.platform == "cpu" else 8.0, extra_args=extra)
+        return server_spec(args, setup)
 
     try:
         if args.launches:
-            files = run_launches(args.out, plan, spec_for, args.launches, args.lock)
+            files = run_launches(args.out, plan, spec_for, args.launches, args.lock, request_timeout_s=args.request_timeout)
         else:
             with held(args.lock):
-                files = run(args.out, plan, spec_for)
+                files = run(args.out, plan, spec_for, request_timeout_s=args.request_timeout)
     except ManifestError as e:  # the folder exists: refused before any server started
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except PreflightError as e:
+        print(f"error: preflight: {e}", file=sys.stderr)
+        return 2
+    except (RequestFailed, ServerDied) as e:  # run.yaml says failed, with this reason
+        print(f"error: {e} (the launch is recorded as failed in {args.out})", file=sys.stderr)
+        return 1
     if args.pin:
         pin_new(files, "measured", f"Lab cyclic-access run recorded by kvtier.lab.cyclic ({', '.join(plan.setups)})")
     if len(setups) > 1:  # the arms' recorded settings, compared as the analysis will (kvtier.fairarms)

@@ -129,6 +129,13 @@ def register_numbers(writer: Any, table: TracedFrame) -> None:
     per = _per_launch(table)
     add("lablm.launches", lambda: int(table.launch.nunique()), "count")
     add("lablm.requests", lambda: len(table["order"]), "requests")
+    # the requests of each setup's first launch: the distinct ones, which its other launches repeat
+    add("lablm.requests_distinct", lambda: int(sum(len(g[g.launch == g.launch.iloc[0]]["order"])
+                                                   for _, g in table.groupby("setup", sort=False))), "requests",
+        note="requests of one launch per setup: the distinct requests its other launches send again")
+    add("lablm.requests_repeating", lambda: int(sum(_repeating(g, g[g.launch == g.launch.iloc[0]])
+                                                    for _, g in table.groupby("setup", sort=False))), "requests",
+        note="requests whose counters equal those of the same request in their setup's first launch")
     add("lablm.agree", lambda: int(table.agrees.sum()), "requests")
     add("lablm.disagree", lambda: int((~table.agrees).sum()), "requests")
     add("lablm.load_start_max", lambda: float(table.load_start.max()), "load")

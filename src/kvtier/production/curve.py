@@ -6,9 +6,10 @@ sha256 (stream.digest). Runs whose digests differ sent different requests, so co
 mix the effect of the stream into that of the pool: the analysis refuses them, naming both.
 
 Per run it reads what the sweep reads (kvtier.production.sweep.read_run: counters, client log,
-the stream in the server's blocks) and the host's load over the run (host_series.csv). A run whose
-mean 1-minute load or mean CPU steal is above the configured threshold is flagged and kept out of
-the medians (it is still listed). Per pool size: the median and range of the pool's share of
+the stream in the server's blocks) and the host's load over the run (host_series.csv). A run the
+one load rule flags (kvtier.loadrule: median 1-minute load over its samples above
+`load_rule.max_load_per_cpu` times host.yaml's CPUs), or whose mean CPU steal is above
+`curve.steal_threshold`, is flagged and kept out of the medians (it is still listed). Per pool size: the median and range of the pool's share of
 prompt tokens and of the KV cache's misses over the kept runs, the simulator's replay of the same
 stream at that size (sweep.predict, each run's own records), and the gap between the two.
 """
@@ -23,10 +24,12 @@ from typing import Any, ClassVar, Iterable
 import numpy as np
 import pandas as pd
 
+from .. import loadrule
 from ..errors import RawRecordError
 from ..numbers import traced_adder
 from ..records.replayrun import FieldTouching, HOST_SERIES, HOST_YAML, METRICS_SERIES, RUN_YAML, Load, read_load  # noqa: F401
-from ..records.touch import scope, touch
+from ..records import identity
+from ..records.touch import quiet, scope, touch
 from . import benchjson, sweep
 
 GIB = 2**30
@@ -40,7 +43,7 @@ class CurveRun(FieldTouching):
     host's load (host_series.csv) and whether it is flagged by it, and its bench-shaped result
     (benchjson: each field touches the file it came from)."""
 
-    FILES: ClassVar[dict[str, tuple[str, ...]]] = {"digest": (RUN_YAML,), "flagged": (HOST_SERIES,)}
+    FILES: ClassVar[dict[str, tuple[str, ...]]] = {"digest": (RUN_YAML,), "flagged": (HOST_SERIES, HOST_YAML)}
     result: sweep.RunResult
     digest: str
     load: Load
@@ -60,12 +63,32 @@ class CurveRun(FieldTouching):
 
 def run_folders(manifest: str | Path, records: str | Path) -> list[str]:
     """The curve's run folders: each folder directly under `records` that holds pinned files
-    (a launch that failed, `<name>.failed`, is never pinned)."""
+    (a launch that failed, `<name>.failed`, is never read, whatever the manifest says: records.access)."""
     from ..eviction.workflow import pinned_records
 
     root = Path(records)
     return sorted({(root / Path(p).relative_to(root).parts[0]).as_posix()
                    for p in pinned_records(str(manifest), str(records)) if len(Path(p).relative_to(root).parts) > 1})
+
+
+def _identity(folder: Path) -> identity.Identity:
+    """A curve run's identity (records.identity): run.yaml's server and stream, host.yaml's start."""
+    import yaml
+
+    from ..yamlio import load_yaml
+
+    def read(path: Path) -> dict[str, Any]:
+        try:
+            data = load_yaml(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise RawRecordError(path, "missing: every run folder needs it") from None
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+            raise RawRecordError(path, f"not readable YAML ({e})") from None
+        return data if isinstance(data, dict) else {}
+
+    host = read(folder / HOST_YAML) if (folder / HOST_YAML).is_file() else {}
+    start = (host.get("observation") or {}).get("start")
+    return identity.curve(folder, read(folder / RUN_YAML), str(start) if start else None)
 
 
 def digest_of(run: sweep.SweepRun) -> str:
@@ -76,13 +99,18 @@ def digest_of(run: sweep.SweepRun) -> str:
     return str(stream["digest"])
 
 
-def analyse(run_dirs: Iterable[str | Path], load_threshold: float, steal_threshold: float) -> list[CurveRun]:
+def analyse(run_dirs: Iterable[str | Path], max_load_per_cpu: float, steal_threshold: float) -> list[CurveRun]:
     """Every run, read and replayed; all must have sent the same stream to the same KV cache."""
     runs: list[CurveRun] = []
-    for d in run_dirs:
-        run = sweep.read_run(d)
+    run_dirs = list(run_dirs)
+    read = [sweep.read_run(d) for d in run_dirs]  # each by the run contract first: what breaks a folder itself is named so
+    with quiet():  # each launch once: its folder is what its records say, and no other folder is it too
+        identity.check_unique(_identity(Path(d)) for d in run_dirs)
+    for run in read:
         load = run.load()
-        flagged = load.load1_mean > load_threshold or load.steal_mean > steal_threshold
+        if load.cpus is None:
+            raise RawRecordError(Path(d) / HOST_YAML, "no host.cpus: the load rule's threshold is per CPU (docs/LOAD-RULE.md)")
+        flagged = loadrule.flagged(load.load1_median, max_load_per_cpu, load.cpus) or load.steal_mean > steal_threshold
         runs.append(CurveRun(sweep.replayed(run), digest_of(run), load, flagged, benchjson.result(run)))
     if not runs:
         raise ValueError("curve: no runs")
@@ -114,7 +142,8 @@ def tidy(runs: list[CurveRun]) -> pd.DataFrame:
             r = x.result.run
             row: dict[str, Any] = {"size": i, "run": x.path.as_posix(), "pool_bytes": r.pool_bytes, "pool_tokens": r.pool_tokens,
                                    "kv_cache_tokens": r.kv_cache_tokens, "requests": len(x.result.table),
-                                   "failed": x.bench["failed"], "load1_mean": x.load.load1_mean, "load1_max": x.load.load1_max,
+                                   "failed": x.bench["failed"], "load1_mean": x.load.load1_mean, "load1_median": x.load.load1_median,
+                                   "load1_max": x.load.load1_max,
                                    "steal_mean": x.load.steal_mean, "flagged": x.flagged,
                                    "agree": int(x.result.table.agrees.sum())}
             for model in ("measured", "simulated"):
@@ -136,7 +165,7 @@ def _kept(group: list[CurveRun]) -> list[CurveRun]:
     return [x for x in group if not x.flagged] or group
 
 
-def register_numbers(writer: Any, runs: list[CurveRun], load_threshold: float, steal_threshold: float) -> None:
+def register_numbers(writer: Any, runs: list[CurveRun], max_load_per_cpu: float, steal_threshold: float) -> None:
     """curve.*: the stream and the thresholds; per size (curve.size.<i>, smallest pool first) the
     median and range of each share over the kept runs, the simulator's, the gap in points, and
     the latency percentiles; per run (curve.size.<i>.run.<j>) its load, flag and shares. Each
@@ -163,13 +192,23 @@ def register_numbers(writer: Any, runs: list[CurveRun], load_threshold: float, s
     add("curve.prompt_tokens", lambda: float(base.measured["prompt"]), "tokens")
     add("curve.flagged", lambda: sum(1 for x in runs if x.flagged), "count")
     add("curve.kept", lambda: sum(1 for x in runs if not x.flagged), "count")
-    add("curve.load1_min", lambda: min(x.load.load1_mean for x in runs), "count", note="mean 1-minute load over a run, lowest run")
-    add("curve.load1_max", lambda: max(x.load.load1_mean for x in runs), "count", note="mean 1-minute load over a run, highest run")
+    add("curve.load1_min", lambda: min(x.load.load1_median for x in runs), "count", note="median 1-minute load over a run, lowest run")
+    add("curve.load1_max", lambda: max(x.load.load1_median for x in runs), "count", note="median 1-minute load over a run, highest run")
     add("curve.steal_max", lambda: max(x.load.steal_mean for x in runs), "fraction")
     add("curve.exact", lambda: int(sum(int(x.result.table.agrees.sum()) for x in runs)), "requests")
     add("curve.requests_all", lambda: int(sum(len(x.result.run.requests) for x in runs)), "requests")
-    add("curve.load_threshold", lambda: float(load_threshold), "count", settings=True,
-        note="mean 1-minute load above which a run is flagged")
+    # one request of each size's stream: with one request in flight the launches of a size send and
+    # (if the server is deterministic) get the same, so the repeats are copies of these outcomes
+    add("curve.requests_distinct", lambda: int(sum(len(g[0].result.run.requests) for g in groups)), "requests",
+        note="requests of one launch per size: the distinct outcomes the launches repeat")
+    add("curve.max_load_per_cpu", lambda: float(max_load_per_cpu), "x", settings=True,
+        note="the load rule: median 1-minute load per CPU above which a run is flagged (docs/LOAD-RULE.md)")
+    add("curve.load_threshold", lambda: loadrule.threshold(max_load_per_cpu, max(x.load.cpus or 0 for x in runs)), "count",
+        note="the load rule's threshold on this host: max_load_per_cpu x host.yaml's CPUs")
+    for i, x in enumerate(x for x in runs if x.flagged):  # each launch kept out, with what put it out
+        add(f"curve.flagged_run.{i}.load", lambda: x.load.load1_median, "count")
+        add(f"curve.flagged_run.{i}.pool_tokens", lambda: x.result.run.pool_tokens, "tokens")
+        add(f"curve.flagged_run.{i}.steal_mean", lambda: x.load.steal_mean, "fraction")
     add("curve.steal_threshold", lambda: float(steal_threshold), "fraction", settings=True,
         note="mean CPU steal above which a run is flagged")
     for name, q in zip(("low", "mid", "high"), benchjson.PERCENTILES):
@@ -207,6 +246,7 @@ def register_numbers(writer: Any, runs: list[CurveRun], load_threshold: float, s
             q = p + f"run.{j}."
             add(q + "flagged", lambda: int(x.flagged), "count")
             add(q + "load1_mean", lambda: x.load.load1_mean, "count")
+            add(q + "load1_median", lambda: x.load.load1_median, "count")
             add(q + "load1_max", lambda: x.load.load1_max, "count")
             add(q + "steal_mean", lambda: x.load.steal_mean, "fraction")
             for k in ("share_pool", "pool_share_of_misses"):

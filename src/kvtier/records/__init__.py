@@ -8,7 +8,7 @@ writer), `labrun` and `labwriter` (the lab run's reader and its one writer), `mo
 model record), `replayrun` and `replaywrite` (the kvtier replay run folder), `geometry` (the
 server's blocks and the offload pool, derived once and cross-checked across every source), `vllm`
 (all vLLM-version knowledge: metric names, renames, log formats, the versions they exist from),
-`touch` (provenance: a computation's value carries the files its records touched) and `traced`
+`identity` (a run folder's stated identity, checked against its name and the other folders), `access` (a rule's process opens only its pinned raw inputs), `touch` (provenance: a computation's value carries the files its records touched) and `traced`
 (record views and tables whose cells keep the files they were read from). The data contract's checks
 run in the readers, so every domain that consumes a record has had it checked.
 """

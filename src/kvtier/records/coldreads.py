@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-from ..errors import RawRecordError
+from ..errors import RawRecordError, csv_rows
 from .touch import PathTouching, touch
 
 COLUMNS = ["prompt_tokens", "ttft_s", "timed_on", "host", "model", "source"]
@@ -46,11 +46,11 @@ def read_coldreads_record(path: str | Path) -> ColdReads:
     path = Path(path)
     touch(path)
     with path.open(newline="", encoding="utf-8") as f:
-        rows = list(csv.reader(f))
-    if not rows or rows[0] != COLUMNS:
-        raise RawRecordError(path, f"columns must be {COLUMNS}, found {rows[0] if rows else []}", line=1)
+        rows = list(csv_rows(f, path))  # a csv.Error (a field over the module's limit) names its line
+    if not rows or rows[0][1] != COLUMNS:
+        raise RawRecordError(path, f"columns must be {COLUMNS}, found {rows[0][1] if rows else []}", line=1)
     out = []
-    for i, row in enumerate(rows[1:], start=2):
+    for i, row in rows[1:]:
         if not row:
             continue
         if len(row) != len(COLUMNS):

@@ -30,7 +30,7 @@ import yaml
 from ..errors import RawRecordError, jsonl_records
 from ..numbers import atomic_write_text
 from ..serving import redact
-from ..yamlio import load_yaml
+from ..yamlio import load_yaml, node_line
 from .prometheus import Snapshot
 from .touch import touch
 from .traced import TouchingMapping, plain
@@ -238,7 +238,8 @@ def read_run(run_dir: str | Path, run_schema: Path = RUN_SCHEMA, request_schema:
     meta_error = jsonschema.exceptions.best_match(_validator(run_schema).iter_errors(meta))
     if meta_error is not None:
         where = "/".join(map(str, meta_error.absolute_path)) or "(top)"
-        raise RawRecordError(meta_path, f"field {where}: {meta_error.message}")
+        raise RawRecordError(meta_path, f"field {where}: {meta_error.message}",
+                             line=node_line(meta_bytes.decode("utf-8"), list(meta_error.absolute_path)))
     validator = _validator(request_schema)
     req_path = run_dir / "requests.jsonl"
     requests: list[TouchingMapping] = []
@@ -250,11 +251,26 @@ def read_run(run_dir: str | Path, run_schema: Path = RUN_SCHEMA, request_schema:
             if err is not None:
                 where = "/".join(map(str, err.absolute_path)) or "(top)"
                 raise RawRecordError(req_path, f"field {where}: {err.message}", line=i, record=line)
+            _plausible_request(req_path, i, line, rec)
             for key in ("metrics_before", "metrics_after"):
                 if rec.get(key) and not (run_dir / rec[key]).exists():
                     raise RawRecordError(req_path, f"{key} names {rec[key]}, which is not in the run directory", line=i, record=line)
             requests.append(TouchingMapping(rec, req_path))
     return EvictionRun(run_dir, TouchingMapping(meta, meta_path), tuple(requests), hashes)
+
+
+def _plausible_request(path: Path, lineno: int, line: str, rec: Mapping[str, Any]) -> None:
+    """A request's answer within its prompt (the server's usage: cached tokens at most the prompt
+    tokens, counts >= 0), or an error naming the line. The schema bounds each time alone (>= 0)."""
+    usage = rec.get("usage") or {}
+    prompt = usage.get("prompt_tokens")
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens")
+    for key, v in (("usage.prompt_tokens", prompt), ("usage.completion_tokens", usage.get("completion_tokens")),
+                   ("usage.prompt_tokens_details.cached_tokens", cached)):
+        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0):
+            raise RawRecordError(path, f"{key} is {v!r}: a token count is a number >= 0", line=lineno, record=line)
+    if isinstance(prompt, (int, float)) and isinstance(cached, (int, float)) and cached > prompt:
+        raise RawRecordError(path, f"{cached:,} cached tokens, more than the prompt's {prompt:,}", line=lineno, record=line)
 
 
 def find_runs(paths: list[str]) -> list[Path]:

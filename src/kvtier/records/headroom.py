@@ -59,7 +59,10 @@ def read_headroom_record(path: str | Path) -> Headroom:
     import pandas as pd
 
     touch(path)
-    df = pd.read_csv(path, dtype={"host": str, "note": str}, keep_default_na=True)
+    try:
+        df = pd.read_csv(path, dtype={"host": str, "note": str}, keep_default_na=True)
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:  # pandas names the line, not the file
+        raise RawRecordError(path, f"not a CSV table ({e})") from None
     if list(df.columns) != COLUMNS:
         raise RawRecordError(path, f"columns must be {COLUMNS}, found {list(df.columns)}", line=1)
     bad = ~df["started"].isin(["yes", "no"])

@@ -60,7 +60,40 @@ def read_host_record(path: str | Path) -> HostRecord:
         raise RawRecordError(path, f"observation.start/end missing or not ISO timestamps ({e})") from None
     if end <= start:
         raise RawRecordError(path, f"observation.end {end} is not after observation.start {start}")
+    _plausible_host(path, text, data)
     return HostRecord(str(path), data, start, end)
+
+
+# host.yaml's load fields (kvtier replay's, kvtier.hostload's summary) and their ranges: a load
+# average, a time or a count is never negative, a share of CPU time is within [0, 1]
+HOST_RANGES: dict[tuple[str, ...], tuple[float, float]] = {
+    ("host", "load_average_start"): (0.0, float("inf")), ("host", "load_average_end"): (0.0, float("inf")),
+    ("host", "series", "load1_mean"): (0.0, float("inf")), ("host", "series", "load1_max"): (0.0, float("inf")),
+    ("host", "series", "interval_s"): (0.0, float("inf")), ("host", "series", "samples"): (0.0, float("inf")),
+    ("host", "series", "busy_share_mean"): (0.0, 1.0), ("host", "series", "steal_share_mean"): (0.0, 1.0),
+    ("host", "series", "steal_share_max"): (0.0, 1.0), ("host", "cpus"): (1.0, float("inf")),
+    ("host", "vcpus"): (1.0, float("inf")), ("host", "ram_bytes"): (0.0, float("inf")), ("host", "ram_gib"): (0.0, float("inf")),
+}
+
+
+def _plausible_host(path: str | Path, text: str, data: dict[str, Any]) -> None:
+    """Each load field host.yaml has within its range (HOST_RANGES), or an error naming its line."""
+    import math
+
+    from ..yamlio import node_line
+
+    for keys, (lo, hi) in HOST_RANGES.items():
+        v: Any = data
+        for k in keys:
+            v = v.get(k) if isinstance(v, dict) else None
+        for i, x in enumerate(v if isinstance(v, list) else [v]):
+            if x is None:
+                continue
+            if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or not lo <= x <= hi:
+                where = [*keys, i] if isinstance(v, list) else list(keys)
+                raise RawRecordError(path, f"{'.'.join(keys)} is {x!r}, outside [{lo:g}, {hi:g}]: "
+                                           + ("a share of CPU time" if hi == 1.0 else "a load average, time or count is never negative"),
+                                     line=node_line(text, where))
 
 
 def read_host(path: str | Path) -> tuple[dict[str, Any], datetime, datetime]:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +101,7 @@ def read_requests(path: str | Path) -> pd.DataFrame:
         (out["e2e_ms"] < out["ttft_ms"], "end-to-end time shorter than TTFT"),
         (out["cached_tokens"] > out["prompt_tokens"], "more cached tokens than prompt tokens"),
         (out["cached_tokens"] < 0, "negative cached tokens"),
+        (out["prompt_tokens"] < 1, "a request of no prompt tokens"),
     ]
     for mask, why in checks:
         if mask.any():
@@ -161,8 +163,26 @@ def read_lmcache_log(path: str | Path) -> pd.DataFrame:
             raise RawRecordError(path, "an LMCache retrieve/store/lookup line that does not parse", line=i, record=line)
         else:
             continue
+        _plausible_lmcache(path, i, line, row)
         rows.append(row)
     return pd.DataFrame(rows, columns=LMCACHE_COLUMNS)
+
+
+# The counts each kind of LMCache line gives, each at most its line's prompt (`total`): LMCache
+# cannot find, hold or move more tokens of a request than the request has.
+_LMCACHE_WITHIN_TOTAL = {"lookup": ("computed", "hit", "load"), "retrieve": ("tokens", "required"), "store": ("tokens",)}
+
+
+def _plausible_lmcache(path: Path, lineno: int, line: str, row: dict[str, Any]) -> None:
+    """An LMCache line's counts within its prompt and its time >= 0, or an error naming the line."""
+    total = row["total"]
+    for key in _LMCACHE_WITHIN_TOTAL[row["kind"]]:
+        if row[key] > total:
+            what = {"computed": "tokens the inference engine (the GPU) holds", "hit": "LMCache hit tokens",
+                    "load": "tokens to load", "tokens": "tokens", "required": "tokens required"}[key]
+            raise RawRecordError(path, f"{row[key]:,} {what}, more than the prompt's {total:,} tokens", line=lineno, record=line)
+    if not (row["ms"] >= 0 or math.isnan(row["ms"])):
+        raise RawRecordError(path, f"a time of {row['ms']} ms: times are never negative", line=lineno, record=line)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Iterator
 
 import numpy as np
 
-from ..errors import RawRecordError
+from .. import loadrule
+from ..errors import ARCHIVE_ERRORS, RawRecordError, archive_error, csv_rows
 from . import vllm as V
 from .clientlog import client_lines, read_client_log
 from .geometry import shape_from
@@ -101,11 +102,15 @@ class ServerShape(FieldTouching):
 class Load(FieldTouching):
     """host_series.csv: the host's load over the run (the first sample's CPU shares cover no interval)."""
 
-    FILES: ClassVar[dict[str, tuple[str, ...]]] = {k: (HOST_SERIES,) for k in ("load1_mean", "load1_max", "steal_mean", "samples")}
+    FILES: ClassVar[dict[str, tuple[str, ...]]] = {**{k: (HOST_SERIES,) for k in ("load1_mean", "load1_max", "steal_mean", "samples",
+                                                                               "load1_median")},
+                                                   "cpus": (HOST_YAML,)}
     load1_mean: float
     load1_max: float
     steal_mean: float
     samples: int
+    load1_median: float = math.nan  # over every sample: the one load rule's statistic (kvtier.loadrule)
+    cpus: int | None = None  # host.yaml's host.cpus: the rule's threshold is per CPU
     root: Path = field(default=Path("."), repr=False, compare=False)
 
     def _folder(self) -> Path:
@@ -278,21 +283,65 @@ def read_observation(path: str | Path) -> tuple[datetime, datetime]:
     return start, end
 
 
+HOST_SERIES_RANGES = {"t_s": (0.0, math.inf), "load1": (0.0, math.inf), "load5": (0.0, math.inf), "load15": (0.0, math.inf),
+                      "busy_share": (0.0, 1.0), "steal_share": (0.0, 1.0)}
+
+
 def read_load(path: str | Path) -> Load:
-    """host_series.csv (HOST_FIELDS): the mean and largest 1-minute load and the mean CPU steal."""
+    """host_series.csv (HOST_FIELDS): the mean and largest 1-minute load and the mean CPU steal.
+    Every value is in its range (HOST_SERIES_RANGES: times and loads >= 0, shares of CPU time in
+    [0, 1]) and the times go forward, or the file and line are named."""
     path = Path(path)
     with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
+        lines = list(csv_rows(f, path))
+    if not lines:
+        raise RawRecordError(path, "empty: no header", line=1)
+    header = lines[0][1]
+    rows = [(i, dict(zip(header, r))) for i, r in lines[1:] if r]
     if len(rows) < 2:
         raise RawRecordError(path, f"{len(rows)} load samples: a run's series needs at least two")
-    try:
-        load = [float(r["load1"]) for r in rows]
-        steal = [float(r["steal_share"]) for r in rows[1:]]
-    except (KeyError, TypeError, ValueError) as e:
-        raise RawRecordError(path, f"not a load series ({e})") from None
-    if not all(math.isfinite(x) for x in load + steal):
-        raise RawRecordError(path, "a load sample is not a finite number")
-    return Load(float(np.mean(load)), max(load), float(np.mean(steal)), len(rows), path.parent)
+    load, steal, last_t = [], [], -math.inf
+    for k, (i, r) in enumerate(rows):
+        try:
+            vals = {c: float(r[c]) for c in HOST_SERIES_RANGES if c in r or c in ("load1", "steal_share")}
+        except (KeyError, TypeError, ValueError) as e:
+            raise RawRecordError(path, f"not a load series ({e})", line=i) from None
+        for c, v in vals.items():
+            lo, hi = HOST_SERIES_RANGES[c]
+            if not math.isfinite(v):
+                raise RawRecordError(path, f"{c} is {v}: a load sample is not a finite number", line=i)
+            if not lo <= v <= hi:
+                raise RawRecordError(path, f"{c} is {v:g}, outside [{lo:g}, {hi:g}]: "
+                                           f"{'a load average or a time is never negative' if hi == math.inf else 'a share of CPU time'}",
+                                     line=i)
+        if "t_s" in vals:
+            if vals["t_s"] < last_t:
+                raise RawRecordError(path, f"t_s goes back ({vals['t_s']:g} after {last_t:g})", line=i)
+            last_t = vals["t_s"]
+        load.append(vals["load1"])
+        if k:
+            steal.append(vals["steal_share"])
+    median = loadrule.median_load(load)
+    cpus, summary = _host_summary(path.parent / HOST_YAML)
+    if summary:  # what the monitor wrote beside the samples: over every sample but the first, rounded
+        later = load[1:]
+        loadrule.check_summary(summary.get("load1_mean"), sum(later) / len(later), 3, path.parent / HOST_YAML, path,
+                               "host.yaml's host.series.load1_mean")
+        loadrule.check_summary(summary.get("load1_max"), max(later), 2, path.parent / HOST_YAML, path,
+                               "host.yaml's host.series.load1_max")
+    return Load(float(np.mean(load)), max(load), float(np.mean(steal)), len(rows), median, cpus, path.parent)
+
+
+def _host_summary(host_yaml: Path) -> tuple[int | None, dict[str, Any]]:
+    """host.yaml's CPU count and its load series summary (empty where the run has no host.yaml)."""
+    from ..yamlio import load_yaml
+
+    if not host_yaml.is_file():
+        return None, {}
+    touch(host_yaml)
+    host = (load_yaml(host_yaml.read_text(encoding="utf-8")) or {}).get("host") or {}
+    cpus = host.get("cpus")
+    return (int(cpus) if isinstance(cpus, int) else None), dict(host.get("series") or {})
 
 
 def read_sent(path: str | Path, client_log: str | Path | None = None) -> dict[tuple[int, int], tuple[int, np.ndarray]]:
@@ -303,10 +352,10 @@ def read_sent(path: str | Path, client_log: str | Path | None = None) -> dict[tu
     path = Path(path)
     touch(path)
     try:
-        z = np.load(path)
-        session, index, tokens, offsets, blocks = (z[k] for k in SENT_ARRAYS[:5])
-    except (OSError, KeyError, ValueError) as e:
-        raise RawRecordError(path, f"not a sent-blocks record ({e})") from None
+        with np.load(path) as z:
+            session, index, tokens, offsets, blocks = (z[k] for k in SENT_ARRAYS[:5])
+    except ARCHIVE_ERRORS as e:
+        raise archive_error(path, "sent-blocks record", e) from None
     if len(offsets) != len(tokens) + 1 or offsets[-1] != len(blocks):
         raise RawRecordError(path, "offsets do not cover the block ids")
     out = {(int(s), int(i)): (int(n), blocks[offsets[k]:offsets[k + 1]])
@@ -325,9 +374,10 @@ def read_sent(path: str | Path, client_log: str | Path | None = None) -> dict[tu
 def read_sent_block_tokens(path: str | Path) -> int:
     touch(path)
     try:
-        return int(np.load(path)["block_tokens"])
-    except (OSError, KeyError, ValueError) as e:
-        raise RawRecordError(path, f"not a sent-blocks record ({e})") from None
+        with np.load(path) as z:
+            return int(z["block_tokens"])
+    except ARCHIVE_ERRORS as e:
+        raise archive_error(path, "sent-blocks record", e) from None
 
 
 def iter_folder(run_dir: str | Path) -> Iterator[Path]:

@@ -7,6 +7,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from ..errors import MissingToolError
+
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",
@@ -14,12 +16,14 @@ CHROMIUM_FLAGS = [
 
 
 def find_chromium(name: str = "chromium") -> str:
-    for candidate in (name, "chromium", "chromium-browser", "google-chrome"):
+    candidates = list(dict.fromkeys((name, "chromium", "chromium-browser", "google-chrome")))
+    for candidate in candidates:
         path = shutil.which(candidate)
         if path:
             return path
-    raise FileNotFoundError(
-        "headless Chromium not found: install Debian's `chromium` package (apt-get install chromium) "
+    raise MissingToolError(
+        f"headless Chromium not found (looked for {', '.join(candidates)} on PATH): "
+        "install Debian's `chromium` package (sudo apt-get install chromium; scripts/setup-tests.sh does it) "
         "or set `chromium:` in config/config.yaml to its path"
     )
 

@@ -297,5 +297,6 @@ def publish_from_snakemake(smk: Any, templates: str = "paper/templates", page_te
     printed = render_documents(jobs, int(getattr(smk, "threads", 1) or 1))
     for name, used in printed.items():
         atomic_write_text(smk.output[f"{name}_used"], json.dumps(used, indent=1, sort_keys=True) + "\n")
-    write_report_tables(load_claims(smk.input.claims), registry, printed, smk.output.claims_md, smk.output.claims_csv)
+    classes = {k: (e.get("class"), e.get("inputs_class")) for k, e in ledger.get("numbers", {}).items()}
+    write_report_tables(load_claims(smk.input.claims), registry, printed, smk.output.claims_md, smk.output.claims_csv, classes)
     return printed

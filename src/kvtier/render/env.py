@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from pathlib import Path
 from typing import Any, Callable
 
@@ -23,6 +24,7 @@ from markupsafe import Markup
 
 from ..classes import modelled_by, own_class
 from ..numbers import Number
+from ..replica.choices import generator_choice
 from . import formats
 
 # Each class of number has its own mark, the same in HTML, print and Markdown (a glyph, so it
@@ -175,6 +177,8 @@ class Renderer:
             marks=MARKS,
             mark_words=MARK_WORDS,
             replica=lambda *nums: self.record_class(*nums) == "replica",
+            # a value a replica record holds that the original does not state (kvtier.replica.choices)
+            generator_choice=lambda num: generator_choice(num.key) if self.record_class(num) == "replica" else "",
             said=self.said,
             breakable=breakable,
             placeholder=self.placeholder,
@@ -275,4 +279,23 @@ class Renderer:
                       "in the claims report.\n")
 
     def render(self, template: str, **ctx: Any) -> str:
-        return self.env.get_template(template).render(**ctx)
+        return collapse_degenerate_ranges(self.env.get_template(template).render(**ctx))
+
+
+# A range whose two ends print the same, "(384 s–384 s)": one value, or values identical in every
+# launch, which a range would show as evidence of agreement (issue 34, item 2). It prints as
+# "(no spread)"; a text that knows why (a deterministic stream) says so in words itself.
+_SAME_MD = re.compile(r"\(([^()\n–<>]+?)–\1\)")
+_SAME_HTML = re.compile(r'\(<a class="num[^"]*" href="[^"]*#n-([^"]+)"[^>]*>((?:(?!</a>).)*)</a>–'
+                        r'<a class="num[^"]*" href="[^"]*#n-([^"]+)"[^>]*>\2</a>\)')
+NO_SPREAD = "(no spread)"
+
+
+def _no_spread_html(m: re.Match[str]) -> str:
+    # the range's two keys stay on the page (render.spreads reads them): the spread was computed, and is none
+    return f'(<span class="no-spread" data-keys="{html.escape(m.group(1))} {html.escape(m.group(3))}">no spread</span>)'
+
+
+def collapse_degenerate_ranges(text: str) -> str:
+    """Every "(x–x)" of a rendered page, in Markdown or with the HTML's linked numbers, as "(no spread)"."""
+    return _SAME_MD.sub(NO_SPREAD, _SAME_HTML.sub(_no_spread_html, text))

@@ -56,6 +56,9 @@ class _Blocks(HTMLParser):
             m = LINK.search(a.get("href") or "")
             if m:
                 self.open[-1].append((m.group(1), a.get("class") or ""))
+        elif tag == "span" and self.open and "no-spread" in (dict(attrs).get("class") or "").split():
+            # a range whose ends print the same, shown as "(no spread)" (render.env): its two keys are beside it
+            self.open[-1].extend((k, "spread") for k in (dict(attrs).get("data-keys") or "").split())
 
     def handle_endtag(self, tag: str) -> None:
         if tag in BLOCKS and self.open:

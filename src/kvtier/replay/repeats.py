@@ -19,6 +19,7 @@ import sys
 import time
 from pathlib import Path
 
+from .. import cliargs as A
 from . import tier_args
 
 
@@ -37,12 +38,12 @@ def launch_command(python: str, lock: str | None, folder: Path, pool: float, rep
 def build_parser(prog: str = "kvtier repeats") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out", required=True, help="folder of the experiment: one new sub-folder per launch")
-    p.add_argument("--pools", type=float, nargs="+", required=True, help="pool sizes in GiB (0: no second tier)")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--out", required=True, type=A.folder_to_write, help="folder of the experiment: one new sub-folder per launch")
+    p.add_argument("--pools", type=A.NONNEG, nargs="+", required=True, help="pool sizes in GiB (0: no second tier)")
+    p.add_argument("--repeats", type=A.COUNT, default=3)
     p.add_argument("--lock", default="/tmp/kvtier-vllm.lock", help="flock file held around each launch ('' for none)")
-    p.add_argument("--launch-timeout", type=int, default=900, help="seconds one launch may take")
-    p.add_argument("--python", default=sys.executable, help="the Python that runs `kvtier replay` (the vLLM venv's)")
+    p.add_argument("--launch-timeout", type=A.COUNT, default=900, help="seconds one launch may take")
+    p.add_argument("--python", default=sys.executable, type=A.executable, help="the Python that runs `kvtier replay` (the vLLM venv's)")
     p.add_argument("replay_args", nargs=argparse.REMAINDER, help="-- then kvtier replay's options (without --out and the tier)")
     return p
 
@@ -51,9 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     a = build_parser().parse_args(argv)
     args = a.replay_args[1:] if a.replay_args[:1] == ["--"] else a.replay_args
     if "--fixed-order" not in args:
-        raise SystemExit("error: repeats compare launches of one stream: pass --fixed-order to kvtier replay")
-    if a.repeats < 1:
-        raise SystemExit("error: --repeats must be at least 1")
+        print("error: repeats compare launches of one stream: pass --fixed-order to kvtier replay", file=sys.stderr)
+        return 2
     launches = plan(Path(a.out), a.pools, a.repeats)
     there = [str(f) for f, _ in launches if f.exists() or f.with_name(f.name + ".failed").exists()]
     if there:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from .. import cliargs as A
 from ..errors import RawRecordError
 from ..records.clientlog import answered
 from ..records.replayrun import SENT as NAME, read_meta, read_sent, read_sent_block_tokens
@@ -68,8 +69,8 @@ def schedule_of(run_dir: Path) -> list[Turn]:
 def build_parser(prog: str = "kvtier sent") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("run_dirs", nargs="+")
-    p.add_argument("--block-tokens", type=int, required=True, help="the server's block size")
+    p.add_argument("run_dirs", nargs="+", type=A.existing_dir)
+    p.add_argument("--block-tokens", type=A.COUNT, required=True, help="the server's block size")
     return p
 
 

@@ -30,6 +30,7 @@ from typing import Any, Iterator
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
+from .. import cliargs as A
 from ..eviction import conversation as conv
 from ..eviction.records import FORMAT, RunWriter, phase_ids
 
@@ -360,7 +361,7 @@ def _server_log(path: Path, s: SetupSpec, created: float, pool_bytes: int, run: 
 
 def build_parser(prog: str = "kvtier replica eviction") -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    p.add_argument("--out", default="raw/eviction")
+    p.add_argument("--out", default="raw/eviction", type=A.folder_to_write)
     p.add_argument("--pin", action="store_true", help="pin the files in raw/MANIFEST.tsv as replica")
     return p
 

@@ -21,6 +21,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import cliargs as A
 from ..lab.model import read_model
 from ..manifest import add_entries
 from ..records import labwriter as W
@@ -318,8 +319,8 @@ def generate(out: str | Path = "raw/lab/cyclic", seed: int = SEED) -> list[Path]
 
 def build_parser(prog: str = "kvtier replica lab") -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default="raw/lab/cyclic")
-    ap.add_argument("--seed", type=int, default=SEED)
+    ap.add_argument("--out", default="raw/lab/cyclic", type=A.folder_to_write)
+    ap.add_argument("--seed", type=A.SEED, default=SEED)
     ap.add_argument("--no-pin", action="store_true", help="do not pin the files in raw/MANIFEST.tsv")
     return ap
 

@@ -34,6 +34,7 @@ from prometheus_client.exposition import generate_latest
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.samples import Sample
 
+from .. import cliargs as A
 from ..records import serverlog_write as W
 from ..records.headroom import HeadroomTest, headroom_csv
 from ..records.host import host_yaml
@@ -601,7 +602,7 @@ def write(out_dir: str | Path, seed: int = SEED) -> list[Path]:
 
 def build_parser(prog: str = "kvtier replica production") -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    ap.add_argument("out", nargs="?", default="raw/production/C", help="folder to write the records into")
+    ap.add_argument("out", nargs="?", default="raw/production/C", type=A.folder_to_write, help="folder to write the records into")
     return ap
 
 

@@ -14,9 +14,10 @@ all raise RequestFailed with the reason.
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Callable, Iterable, Iterator
 
 import httpx
 
@@ -43,11 +44,13 @@ class StreamResult:
 
 
 class ServingClient:
-    """One server; `model` defaults to the first id that /v1/models lists.
+    """One server and the model asked for (`model`); without one, the one model /v1/models lists
+    (a server listing several is refused: which one was measured would be a guess).
 
-    `timeout_s` bounds the wait for each byte; `deadline_s` bounds a whole streamed request, so a
-    server that only sends keep-alive comments cannot hold a run forever. `api_key` is sent as a
-    bearer token (vLLM's --api-key).
+    `timeout_s` bounds the wait for each byte; `deadline_s` bounds a whole call (streamed or not),
+    checked as each chunk of bytes arrives, so a server that only sends keep-alive comments, or one
+    byte at a time and never a newline, cannot hold a run forever (no read waits past it either).
+    `api_key` is sent as a bearer token (vLLM's --api-key).
     """
 
     def __init__(self, base_url: str, model: str | None = None, timeout_s: float = 600.0, connect_timeout_s: float = 10.0,
@@ -58,6 +61,8 @@ class ServingClient:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
         self.http = httpx.Client(base_url=self.base_url, timeout=self.timeout, transport=transport, headers=headers)
         self._model = model
+        self.requested = model          # what the caller asked for (None: the one the server lists)
+        self.listed: list[str] | None = None  # what /v1/models listed when the model was checked
         self._model_checked = False
         self.chat_template_kwargs: dict[str, Any] | None = None  # e.g. enable_thinking=false (serving.thinking)
 
@@ -70,11 +75,24 @@ class ServingClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _read_timeout(self) -> httpx.Timeout:
+        """Each read waits at most the per-byte timeout, and never longer than the whole deadline."""
+        read = min(self.timeout.read or self.deadline_s, self.deadline_s)
+        return httpx.Timeout(self.timeout.read, connect=self.timeout.connect, read=read, write=self.timeout.write,
+                             pool=self.timeout.pool)
+
     def _call(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        """One non-streamed call, its body read chunk by chunk against the deadline (httpx's read
+        timeout restarts with every byte: a server trickling its answer would hold it forever)."""
+        t0 = time.perf_counter()
         try:
-            r = self.http.request(method, path, **kw)
+            with self.http.stream(method, path, timeout=self._read_timeout(), **kw) as streamed:
+                body = self._body(streamed, method, path, t0)
+                headers = [(k, v) for k, v in streamed.headers.multi_items()
+                           if k.lower() not in ("content-encoding", "content-length", "transfer-encoding")]  # body is decoded
+                r = httpx.Response(streamed.status_code, headers=headers, content=bytes(body), request=streamed.request)
         except httpx.TimeoutException as e:
-            raise RequestFailed(f"{method} {path}: timed out ({type(e).__name__})") from None
+            raise RequestFailed(f"{method} {path}: timed out after {time.perf_counter() - t0:.1f} s ({type(e).__name__})") from None
         except httpx.TransportError as e:
             raise RequestFailed(f"{method} {path}: {type(e).__name__}: {e}") from None
         if r.status_code == 401:
@@ -83,13 +101,35 @@ class ServingClient:
             raise RequestFailed(f"{method} {path}: HTTP {r.status_code}: {r.text[:300]}")
         return r
 
+    def _body(self, r: httpx.Response, method: str, path: str, t0: float) -> bytes:
+        """A response's whole (decoded) body, read chunk by chunk against the deadline."""
+        body = bytearray()
+        for chunk in r.iter_bytes():
+            body += chunk
+            if time.perf_counter() - t0 > self.deadline_s:
+                raise RequestFailed(f"{method} {path}: no complete answer within the {self.deadline_s:g} s deadline "
+                                    f"({len(body)} bytes received)")
+        return bytes(body)
+
+    def _listed(self) -> list[str]:
+        try:
+            body = self._call("GET", "/v1/models").json()
+        except ValueError:
+            raise RequestFailed("GET /v1/models: the answer is not JSON") from None
+        ids = [m.get("id") for m in (body.get("data") or []) if isinstance(m, dict)] if isinstance(body, dict) else []
+        self.listed = [str(i) for i in ids]
+        return self.listed
+
     @property
     def model(self) -> str:
         if self._model is None:
-            data = self._call("GET", "/v1/models").json()["data"]
-            if not data:
+            ids = self._listed()
+            if not ids:
                 raise RequestFailed("GET /v1/models: the server lists no model")
-            self._model = data[0]["id"]
+            if len(ids) > 1:
+                raise RequestFailed(f"GET /v1/models: the server serves {ids}; name the one to measure "
+                                    "(--served-model-name)")
+            self._model = ids[0]
         return self._model
 
     def check_model(self) -> None:
@@ -97,15 +137,22 @@ class ServingClient:
         a proxy routing to one, answers every request without complaint). Checked once."""
         if self._model_checked:
             return
-        body = self._call("GET", "/v1/models").json()
-        ids = [m.get("id") for m in (body.get("data") or []) if isinstance(m, dict)] if isinstance(body, dict) else []
+        ids = self._listed()
         if self.model not in ids:
             raise RequestFailed(f"GET /v1/models: the server serves {ids or 'no model'}, not the {self.model!r} asked for")
         self._model_checked = True
 
+    def served_record(self) -> dict[str, Any]:
+        """What run.yaml records of the model: asked for, listed by /v1/models, and the one used
+        (checked first: a server serving another model raises RequestFailed)."""
+        self.check_model()
+        return {"requested": self.requested, "listed": self.listed, "used": self.model}
+
     def healthy(self) -> bool:
+        """/health answers 200 (its status only: a body that never ends cannot hold the caller)."""
         try:
-            return self.http.get("/health", timeout=5.0).status_code == 200
+            with self.http.stream("GET", "/health", timeout=5.0) as r:
+                return r.status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -146,20 +193,17 @@ class ServingClient:
         finish = None
         done, event, n_line = False, "message", 0
         try:
-            with self.http.stream("POST", path, json=body) as r:
+            with self.http.stream("POST", path, json=body, timeout=self._read_timeout()) as r:
                 if r.status_code >= 400:
-                    r.read()
-                    raise RequestFailed(f"POST {path}: HTTP {r.status_code}: {r.text[:300]}")
+                    text = self._body(r, "POST", path, t0).decode("utf-8", "replace")
+                    raise RequestFailed(f"POST {path}: HTTP {r.status_code}: {text[:300]}")
                 kind = r.headers.get("content-type", "").split(";")[0].strip().lower()
                 if kind != "text/event-stream":
-                    r.read()
-                    raise RequestFailed(f"POST {path}: HTTP {r.status_code} {_error_of(r.text) or 'but not an event stream'} "
-                                        f"(content-type {kind or 'none'}): {r.text[:200]!r}")
-                for n_line, line in enumerate(r.iter_lines(), 1):
+                    text = self._body(r, "POST", path, t0).decode("utf-8", "replace")
+                    raise RequestFailed(f"POST {path}: HTTP {r.status_code} {_error_of(text) or 'but not an event stream'} "
+                                        f"(content-type {kind or 'none'}): {text[:200]!r}")
+                for n_line, line in enumerate(sse_lines(r.iter_text(), lambda got: self._check_deadline(path, t0, got)), 1):
                     now = time.perf_counter() - t0
-                    if now > self.deadline_s:
-                        raise RequestFailed(f"POST {path}: no complete answer within the {self.deadline_s:.0f} s deadline "
-                                            f"({n_line} lines received, the last {line[:80]!r})")
                     if first_byte is None:
                         first_byte = now
                     if line.startswith("event:"):
@@ -212,6 +256,35 @@ class ServingClient:
                                 f"{'without a finish reason' if finish is None else 'before data: [DONE]'}: a cut answer")
         return StreamResult(ttft, first_chunk, first_byte, time.perf_counter() - t0, "".join(parts), finish, usage,
                             logprobs=logprobs, chunk_s=chunk_times)
+
+    def _check_deadline(self, path: str, t0: float, got: tuple[int, str]) -> None:
+        """Called as each chunk of bytes arrives, not only when a line completes: a server that
+        sends one byte at a time and never a newline is stopped at the deadline too."""
+        if time.perf_counter() - t0 > self.deadline_s:
+            lines, pending = got
+            raise RequestFailed(f"POST {path}: no complete answer within the {self.deadline_s:g} s deadline "
+                                f"({lines} lines received, then {len(pending)} characters without a newline: {pending[:80]!r})")
+
+
+_EOL = re.compile(r"\r\n|\r(?!\Z)|\n")  # an event stream's line ends; a CR last in the buffer may be half a CRLF
+
+
+def sse_lines(chunks: Iterable[str], on_chunk: Callable[[tuple[int, str]], None]) -> Iterator[str]:
+    """The lines of an event stream (ended by CRLF, LF or CR), from text chunks as they arrive;
+    `on_chunk((lines so far, text pending))` is called before each chunk is taken in (the deadline)."""
+    buf, n = "", 0
+    for chunk in chunks:
+        on_chunk((n, buf))
+        buf += chunk
+        start = 0
+        for m in _EOL.finditer(buf):
+            yield buf[start:m.start()]
+            n += 1
+            start = m.end()
+        buf = buf[start:]
+    on_chunk((n, buf))
+    if buf:
+        yield buf.rstrip("\r")
 
 
 def _error_of(text: str) -> str | None:
