@@ -243,10 +243,11 @@ def run(out: str | Path, plan: CyclicPlan, spec_for: Callable[[str], ServerSpec]
                     server.wait_healthy(health_timeout_s)
                     with ServingClient(server.url, spec.served_name, timeout_s=request_timeout_s) as client:
                         served[setup] = client.served_record()  # the model asked for, or RequestFailed
-                        before = process_cpu_seconds(server.proc.pid) if server.proc else {}
+                        proc = getattr(server, "proc", None)  # a stand-in server in the tests has none
+                        before = process_cpu_seconds(proc.pid) if proc else {}
                         t0 = time.monotonic()
                         rows += run_passes(client, setup, plan, docs, out / setup / "metrics", progress)
-                        after = process_cpu_seconds(server.proc.pid) if server.proc else {}
+                        after = process_cpu_seconds(proc.pid) if proc else {}
                         cpu[setup] = {"wall_s": round(time.monotonic() - t0, 2),
                                       "processes": {k: round(v - before.get(k, 0.0), 2) for k, v in after.items()}}
             except (RequestFailed, ServerDied) as e:
