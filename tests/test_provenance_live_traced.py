@@ -166,10 +166,16 @@ LM_EDITS: dict[Path, list[Edit]] = {
     L / "lmcache/metrics/requests/3_reverse_11.prom": [TO_GPU],
 }
 LM_ALLOWED: dict[Path, dict[str, str]] = {
-    L / "requests.csv": {"lablm.*.ttft_p50*": MEDIAN,
+    L / "requests.csv": {"lablm.*.ttft_p50*": MEDIAN, "lablm.*.speedup_within*": MEDIAN, "lablm.first_over.*": MEDIAN,
                          **{k: STREAM for k in ("lablm.requests", "lablm.*.requests", "lablm.*pred_*", "lablm.*agree*",
-                                                "lablm.*.requests_repeating", "lablm.*.miss_listed")}},
-    L / "run.yaml": {"lablm.*pred_*": MEDIAN, "lablm.launches": "refused: a launch folder without its run.yaml is no launch",
+                                                "lablm.*.requests_repeating", "lablm.requests_repeating",
+                                                "lablm.requests_distinct", "lablm.*.miss_listed")}},
+    L / "run.yaml": {"lablm.*pred_*": MEDIAN,
+                     "lablm.*.speedup_within*": "insensitive: the within-setup ratio pairs each launch's passes by the "
+                                                "launch run.yaml names; the edits here change its load and pool, not which launch",
+                     "lablm.requests_*": "insensitive: counts of the requests whose counters repeat across launches (and of "
+                                         "the distinct ones); the edits here change a launch's load and pool, not a counter",
+                     "lablm.launches": "refused: a launch folder without its run.yaml is no launch",
                      "lablm.lmcache.launches": "refused: a launch folder without its run.yaml is no launch"},
 }
 

@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sent": ("kvtier.replay.sent", "rebuild a capture's sent_blocks.npz (what it sent, in the server's blocks) from its run.yaml"),
     "longctx": ("kvtier.eviction.longctx", "the eviction test at 8K-200K tokens on vLLM's CPU build: plan, run, resume"),
     "lab": ("kvtier.lab.cyclic", "the lab's cyclic-access experiment against live vLLM servers"),
+    "arms": ("kvtier.fairarms", "compare the recorded server settings of a comparison's arms; refuse unequal ones"),
     "tinymodel": ("kvtier.tinymodel", "build the tiny random-weight Llama the CPU-build experiments serve"),
     "claims": ("kvtier.claims", "the claims check on the console: summary, `show PREFIX`, `check NUMBERS.json`"),
     "envpins": ("kvtier.envpins", "pin conda environment files to the versions of a pip lock"),

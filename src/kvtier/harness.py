@@ -230,9 +230,13 @@ def api_key(a: argparse.Namespace) -> str | None:
 
 def launched_server_meta(spec: ServerSpec) -> dict[str, object]:
     """What run.yaml records of a launched server, with every secret redacted."""
+    # what it computes with, the same for every arm (serving.armsettings), which kvtier.fairarms compares
+    settings = spec.settings()
+    settings["env"] = redact_env(settings["env"])  # type: ignore[arg-type]
     meta: dict[str, object] = {"mode": "launched", "url": spec.url, "tier": spec.tier, "offload_gib": spec.offload_gib,
                                "offload_block_tokens": spec.offload_block_tokens if spec.tier == "native" else None,
-                               "command": redact_argv(spec.command()), "env": redact_env(spec.env), "platform": spec.platform,
+                               "command": redact_argv(spec.command()), "env": redact_env(spec.env),
+                               "settings": settings, "platform": spec.platform,
                                "vllm_bin_from": spec.vllm_source or vllmbin.source_of(spec.vllm_bin)}  # the order's step
     if spec.uses_cpu_spec:
         meta["host_pool"] = spec.host_pool

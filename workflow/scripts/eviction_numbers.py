@@ -26,6 +26,8 @@ for path, frame in ((smk.output.requests, requests), (smk.output.runs, runs), (s
     frame.values_only().to_csv(path, index=False)  # the values; the files each cell read stay in the tables
     write_sidecar(path, smk.rule, records)
 atomic_write_text(smk.output.table_md, analysis.table1_markdown(table))
+if smk.params.cpu_setup:  # the CPU build's latest record set: were its tiers run with the same settings?
+    cpuset.register_fairness(writer, runs, smk.params.cpu_setup)
 writer.write(smk.output.numbers)
 for line in cpuset.summary_lines(writer.numbers, smk.params.cpu_setup or ""):
     log.info("%s", line)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kvtier import fairarms
 from kvtier.lab import launches, live
 from kvtier.lab.analysis import LabInputs, analyse
 from kvtier.lab.figure import ttft_figure
@@ -47,13 +48,17 @@ ttft_figure(pd.read_csv(smk.output.requests), smk.output.svg, bar_label=label)
 log.info("wrote %s (bars: %s)", smk.output.svg, label)
 
 
-def publish(table, table_out, topic, inputs, register, numbers_out) -> None:
-    """A record set's table and numbers, each naming only that set's own raw records."""
+def publish(table, table_out, topic, inputs, register, numbers_out, runs) -> None:
+    """A record set's table and numbers, each naming only that set's own raw records; and the
+    check that its arms were run with the same settings apart from the tier (kvtier.fairarms):
+    <topic>.arms.fair, its note the finding where they were not."""
     table.values_only().to_csv(table_out, index=False)  # the values; each cell's files stay in the numbers
     records = raw_inputs(map(str, inputs))
     write_sidecar(table_out, smk.rule, records)
     writer = NumbersWriter(topic=topic, rule=smk.rule, inputs=records)
     register(writer, table)
+    diffs = fairarms.register(writer, f"{topic}.arms", fairarms.arms_of(runs))
+    log.info("%s: %s", topic, fairarms.finding(diffs))
     writer.write(numbers_out)
 
 
@@ -61,13 +66,14 @@ def publish(table, table_out, topic, inputs, register, numbers_out) -> None:
 if smk.params.live_run:
     run_dir = smk.params.live_run
     table = live.run_table(run_dir)
-    publish(table, smk.output.live_table, "lablive", smk.input[LIVE], live.register_numbers, smk.output.live_numbers)
+    publish(table, smk.output.live_table, "lablive", smk.input[LIVE], live.register_numbers, smk.output.live_numbers, [run_dir])
     live.figure(table, smk.output.live_svg)
     log.info("CPU build: %d of %d requests predicted exactly", int(table.agrees.sum()), len(table))
 
 # LMCache itself on vLLM's CPU build: a series of launches, its own records only
 if smk.params.lm_run:
     table = launches.launch_table(smk.params.lm_run, pinned=map(str, smk.input[LM]))
-    publish(table, smk.output.lm_table, "lablm", smk.input[LM], launches.register_numbers, smk.output.lm_numbers)
+    publish(table, smk.output.lm_table, "lablm", smk.input[LM], launches.register_numbers, smk.output.lm_numbers,
+            launches.launch_dirs(smk.params.lm_run, pinned=map(str, smk.input[LM])))
     log.info("LMCache on the CPU build: %d launches, %d of %d requests predicted exactly",
              table.launch.nunique(), int(table.agrees.sum()), len(table))

@@ -18,6 +18,7 @@ classes = {p: e.klass for p, e in read_manifest(smk.input.pins).items()}
 gpu = lx.gpu_points(find_runs(list(smk.input.gpu_records)), *schemas, list(smk.params.table_setups), classes)
 writer = numbers_writer(smk, "longctx")
 fits = lx.register_numbers(writer, reqs, runs, table, gpu, smk.input.coldreads, max_load)
+lx.register_fairness(writer, runs)  # the native and control launches of each size: the same settings?
 Path(smk.output.table).parent.mkdir(parents=True, exist_ok=True)
 table.values_only().to_csv(smk.output.table, index=False)
 write_sidecar(smk.output.table, smk.rule, list(smk.input.records))

@@ -90,6 +90,21 @@ def latest_set(runs: pd.DataFrame) -> tuple[str, pd.DataFrame, pd.DataFrame]:
     return name, runs[runs.record_set == name], runs[runs.record_set != name]
 
 
+def register_fairness(writer: Any, runs: pd.DataFrame, setup: str) -> None:
+    """evict.<setup>.arms.fair: whether the launches of the setup's latest record set, every tier,
+    were run with the same settings apart from the tier (kvtier.fairarms), the finding in its note."""
+    from .. import fairarms
+    from ..records.touch import quiet
+
+    with quiet():
+        mine = runs[(runs.setup == setup).to_numpy()]
+        if mine.empty:
+            return
+        _, current, _ = latest_set(mine)
+        dirs = sorted(str(d) for d in current.run_dir)
+    fairarms.register(writer, f"evict.{setup}.arms", [fairarms.eviction_arm(d) for d in dirs])
+
+
 def load_interval_s(series: Any) -> float | None:
     """Median seconds between consecutive samples of a host_load.tsv (its path, or its rows read)."""
     rows = read_series(series) if isinstance(series, (str, Path)) else series

@@ -204,6 +204,21 @@ def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, table:
         writer.add("longctx.fit.cpu.coefficient", fit["coefficient"], "s")
         writer.add("longctx.fit.cpu.points", fit["points"], "count")
         writer.add("longctx.fit.cpu.max_rel_resid", fit["max_rel_resid"], "x")
+    # the two tiers' cold reads at each size: a cold read finds nothing in the pool, so the servers
+    # should take the same time; the page remarks where they did not (the native tier's server
+    # also stores every block it computes into its pool, on the same cores)
+    for size, grp in table.groupby("target_tokens"):
+        tiers = {str(t): grp.iloc[[i]] for i, t in enumerate(grp.tier)}
+        if {"native", "none"} <= set(tiers):
+            nat, ctl = tiers["native"], tiers["none"]
+            p = f"longctx.{size_key(size)}."
+            writer.add(p + "cold_reads.native_over_none", T(lambda: float(nat.cold_median.iloc[0]) / float(ctl.cold_median.iloc[0])), "x",  # noqa: B023
+                       note="the native-tier server's median cold read over the control's")
+            writer.add(p + "cold_reads.apart", T(lambda: abs(float(nat.cold_median.iloc[0]) / float(ctl.cold_median.iloc[0]) - 1)),  # noqa: B023
+                       "fraction", note="how far apart the two servers' median cold reads are, as a share of the control's")
+            for tier, one in (("native", nat), ("none", ctl)):
+                writer.add(p + f"{tier}.load1_median_max", T(lambda: float(one.load1_median_max.iloc[0])), "load",  # noqa: B023
+                           note="the highest of its launches' median 1-minute load")
     writer.add("longctx.sizes", T(lambda: int(table.target_tokens.nunique())), "count")
     for i, size in enumerate(T(lambda: [int(x) for x in sorted(table.target_tokens.unique())])):  # in order, for the page's loops
         writer.add(f"longctx.size.{i}.tokens", size, "tokens")
@@ -239,6 +254,17 @@ def register_numbers(writer: Any, reqs: pd.DataFrame, runs: pd.DataFrame, table:
         writer.add(f"longctx.gpu.{setup}.prompt_tokens", T(lambda: g.prompt_tokens.iloc[0]), "tokens")
         writer.add(f"longctx.gpu.{setup}.ratio", T(lambda: g.ratio_cold_restore.iloc[0]), "x")
     return {"cpu": fit, "gpu": gfit}
+
+
+def register_fairness(writer: Any, runs: pd.DataFrame) -> None:
+    """longctx.<size>.arms.fair per size: whether its native and control launches were run with the
+    same settings apart from the tier (kvtier.fairarms), the finding in its note."""
+    from .. import fairarms
+
+    with quiet():
+        plain = pd.DataFrame({"size": runs.target_tokens, "dir": runs.run_dir})
+    for size, grp in plain.groupby("size"):
+        fairarms.register(writer, f"longctx.{size_key(size)}.arms", [fairarms.eviction_arm(d) for d in sorted(grp.dir)])
 
 
 def figure(table: pd.DataFrame, gpu: pd.DataFrame, fit: dict[str, float] | None, out: str | Path) -> None:

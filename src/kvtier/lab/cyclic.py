@@ -128,9 +128,9 @@ def documents_digest(plan: CyclicPlan) -> str:
 
 
 def _recorded_env(spec: ServerSpec) -> dict[str, str]:
-    """The server's settings that live in its environment (LMCache's config, the hash seed)."""
-    keep = {"PYTHONHASHSEED"} if spec.tier == "lmcache" else set()
-    return {k: v for k, v in spec.environment().items() if k.startswith("LMCACHE_") or k in keep}
+    """The server's settings that live in its environment (LMCache's config, the hash seed, which
+    every arm now shares); the rest of what it was given is in `settings` (ServerSpec.settings)."""
+    return {k: v for k, v in spec.environment().items() if k.startswith("LMCACHE_") or k == "PYTHONHASHSEED"}
 
 
 def write_run(out: Path, plan: CyclicPlan, specs: dict[str, ServerSpec], rows: list[W.RequestRow], extra: dict | None = None) -> None:
@@ -142,7 +142,7 @@ def write_run(out: Path, plan: CyclicPlan, specs: dict[str, ServerSpec], rows: l
         "passes": list(PASSES), "concurrency": 1, "max_tokens": plan.max_tokens,
         "setups": {s: {"args": redact_argv(spec.command()[3:]), "tier": spec.tier, "platform": spec.platform,
                        "offload_gib": spec.offload_gib, "offload_block_tokens": spec.offload_block_tokens if spec.tier == "native" else None,
-                       "env": _recorded_env(spec)}
+                       "env": _recorded_env(spec), "settings": spec.settings()}
                    for s, spec in specs.items()},
         **(extra or {}),
     }
@@ -153,6 +153,28 @@ def write_run(out: Path, plan: CyclicPlan, specs: dict[str, ServerSpec], rows: l
 def _doc_tokens(rows: list[W.RequestRow]) -> int | list[int]:
     lengths = sorted({r.prompt_tokens for r in rows if r.phase == "doc"})
     return lengths[0] if len(lengths) == 1 else lengths
+
+
+def process_cpu_seconds(pgid: int, proc: Path = Path("/proc")) -> dict[str, float]:
+    """CPU seconds (user + system) each process of a server's process group has used so far, by
+    process name (API server, engine core, worker): taken before and after the passes, the
+    difference says where a setup's time went (a scheduler busy-waiting beside the worker's
+    OpenMP threads on the same cores shows here, not in the timings alone). Linux /proc only."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    out: dict[str, float] = {}
+    for d in proc.iterdir() if proc.is_dir() else []:
+        if not d.name.isdigit():
+            continue
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:  # exited meanwhile
+            continue
+        name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+        if int(fields[2]) != pgid:  # field 5 of stat: the process group
+            continue
+        key = f"{name} ({d.name})"
+        out[key] = round((int(fields[11]) + int(fields[12])) / tick, 2)
+    return dict(sorted(out.items()))
 
 
 def utc_now() -> str:
@@ -206,6 +228,7 @@ def run(out: str | Path, plan: CyclicPlan, spec_for: Callable[[str], ServerSpec]
         preflight(spec)
     docs = documents(plan)
     rows: list[dict] = []
+    cpu: dict[str, dict] = {}  # per setup: CPU seconds of each server process over the passes
     from ..eviction.host import host_info, versions
 
     host = host_info()  # before the servers: its load_average_start is the load at the start
@@ -220,7 +243,13 @@ def run(out: str | Path, plan: CyclicPlan, spec_for: Callable[[str], ServerSpec]
                     server.wait_healthy(health_timeout_s)
                     with ServingClient(server.url, spec.served_name, timeout_s=request_timeout_s) as client:
                         served[setup] = client.served_record()  # the model asked for, or RequestFailed
+                        proc = getattr(server, "proc", None)  # a stand-in server in the tests has none
+                        before = process_cpu_seconds(proc.pid) if proc else {}
+                        t0 = time.monotonic()
                         rows += run_passes(client, setup, plan, docs, out / setup / "metrics", progress)
+                        after = process_cpu_seconds(proc.pid) if proc else {}
+                        cpu[setup] = {"wall_s": round(time.monotonic() - t0, 2),
+                                      "processes": {k: round(v - before.get(k, 0.0), 2) for k, v in after.items()}}
             except (RequestFailed, ServerDied) as e:
                 W.write_run(out, redact.record({"record": "lab cyclic-access measurement", "class": "measured",
                                                 "generator": "kvtier.lab.cyclic", "status": "failed",
@@ -231,6 +260,7 @@ def run(out: str | Path, plan: CyclicPlan, spec_for: Callable[[str], ServerSpec]
                 if log.exists():
                     redact.scrub_file(log, redact.secret_values(spec.command(), spec.env))  # vLLM echoes its arguments
     write_run(out, plan, specs, rows, {"started_utc": started, "ended_utc": utc_now(), "load": load.record(),
+                                       "server_cpu_s": cpu,
                                        "host": host, "versions": versions(next(iter(specs.values())).vllm_bin),
                                        "served_model": served, **(extra or {})})
     return sorted(p for p in out.rglob("*") if p.is_file())
@@ -344,6 +374,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.pin:
         pin_new(files, "measured", f"Lab cyclic-access run recorded by kvtier.lab.cyclic ({', '.join(plan.setups)})")
+    if len(setups) > 1:  # the arms' recorded settings, compared as the analysis will (kvtier.fairarms)
+        from .. import fairarms
+
+        folders = sorted({p.parent for p in files if p.name == "run.yaml"})
+        print(f"arms: {fairarms.finding(fairarms.check(fairarms.arms_of(folders)))}")
     print(f"wrote {len(files)} files under {args.out}")
     return 0
 

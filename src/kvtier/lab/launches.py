@@ -86,6 +86,39 @@ def _repeating(g: TracedFrame, first: TracedFrame) -> int:
     return int((same[cols].to_numpy() == same[[c + "_first" for c in cols]].to_numpy()).all(axis=1).sum())
 
 
+def _within_setup(add: Any, p: str, per: TracedFrame) -> None:
+    """A setup's own first pass over its second and reverse pass, launch by launch (one server, one
+    time, one load: the ratio a tier's gain is fairly stated in), the median over launches with
+    its range. `per`: _per_launch's rows of one setup."""
+    def ratios(later: str) -> pd.Series:
+        first = per[per["pass"] == "first"].set_index("launch")["ttft_p50"].astype(float)
+        then = per[per["pass"] == later].set_index("launch")["ttft_p50"].astype(float)
+        return (first / then).dropna()
+
+    for later in ("second", "reverse"):
+        k = p + f"{later}.speedup_within"
+        add(k, lambda: float(ratios(later).median()), "x",  # noqa: B023 (called here)
+            note=f"the setup's first-pass median TTFT over its {later}-pass median, per launch; median over launches")
+        add(k + "_min", lambda: float(ratios(later).min()), "x")  # noqa: B023
+        add(k + "_max", lambda: float(ratios(later).max()), "x")  # noqa: B023
+
+
+def register_cross(writer: Any, table: TracedFrame, base: str = "vllm") -> None:
+    """`lablm.first_over.<setup>`: vLLM alone's first-pass median TTFT over each setup's (medians
+    over launches). On the first pass no tier can serve anything, so a ratio far from 1 is a
+    difference of the servers, not of their tiers: the page prints it beside any comparison across
+    setups."""
+    add = traced_adder(writer)
+    per = _per_launch(table)
+    first = per[per["pass"] == "first"]
+    for setup in first.setup.unique():
+        if setup == base:
+            continue
+        add(f"lablm.first_over.{setup}",
+            lambda: float(first[first.setup == base].ttft_p50.median()) / float(first[first.setup == setup].ttft_p50.median()),  # noqa: B023
+            "x", note=f"{base}'s first-pass median TTFT over {setup}'s (medians over launches)")
+
+
 def register_numbers(writer: Any, table: TracedFrame) -> None:
     """lablm.*: per setup its launches, and per pass the tokens by source (measured, predicted, and
     how many launches repeat the first launch's), the median TTFT over launches with min and max;
@@ -131,6 +164,7 @@ def register_numbers(writer: Any, table: TracedFrame) -> None:
             add(p + f"{pass_name}.ttft_p50", lambda: float(q.ttft_p50.median()), "ms")
             add(p + f"{pass_name}.ttft_p50_min", lambda: float(q.ttft_p50.min()), "ms")
             add(p + f"{pass_name}.ttft_p50_max", lambda: float(q.ttft_p50.max()), "ms")
+        _within_setup(add, p, per[per.setup == setup])
         key = ["pass", "order"]
         listed = g[~g.agrees].drop_duplicates(key).head(12)  # each request position once, at most 12
         add(p + "disagree", lambda: int((~g.agrees).sum()), "requests")
@@ -142,3 +176,4 @@ def register_numbers(writer: Any, table: TracedFrame) -> None:
             for col in TOKEN_COLUMNS:
                 add(k + col, lambda: float(r[col].iloc[0]), "tokens")
                 add(k + "pred_" + col, lambda: float(r["pred_" + col].iloc[0]), "tokens")
+    register_cross(writer, table)

@@ -209,6 +209,11 @@ def register_numbers(writer: Any, table: TracedFrame) -> None:
             add(p + f"{pass_name}.ttft_max", lambda: float(q.ttft_ms.max()), "ms", note="the pass's slowest request")
             add(p + f"{pass_name}.docs_from_cpu", lambda: int((q.cpu_tokens > 0).sum()), "count")
             add(p + f"{pass_name}.docs_hit", lambda: int((q.gpu_tokens + q.cpu_tokens > 0).sum()), "count")
+        docs_g = g[g.phase == "doc"]
+        for later in ("second", "reverse"):  # within one setup: one server, one time, one load
+            add(p + f"{later}.speedup_within",
+                lambda: float(docs_g[docs_g["pass"] == "first"].ttft_ms.median()) / float(docs_g[docs_g["pass"] == later].ttft_ms.median()),  # noqa: B023
+                "x", note=f"the setup's first-pass median TTFT over its {later}-pass median")
         for i in range(len(g)):
             r, k = g.iloc[[i]], p + f"req.{i}."
             add(k + "order", lambda: int(r["order"].iloc[0]), "count")
@@ -220,6 +225,13 @@ def register_numbers(writer: Any, table: TracedFrame) -> None:
             add(k + "ttft", lambda: float(r["ttft_ms"].iloc[0]), "ms")
     add("lablive.requests", lambda: len(table["order"]), "requests")
     add("lablive.agree", lambda: int(table.agrees.sum()), "requests")
+    # vLLM alone's first pass over each tier's: no tier serves anything there, so a ratio far from 1
+    # is a difference of the servers, printed beside any comparison across setups
+    firsts = docs[docs["pass"] == "first"]
+    for setup in [s for s in firsts.setup.unique() if s != "vllm"]:
+        add(f"lablive.first_over.{setup}",
+            lambda: float(firsts[firsts.setup == "vllm"].ttft_ms.median()) / float(firsts[firsts.setup == setup].ttft_ms.median()),  # noqa: B023
+            "x", note=f"vLLM alone's first-pass median TTFT over {setup}'s")
 
 
 def _cell(row: TracedFrame, column: str) -> int:

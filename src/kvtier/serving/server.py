@@ -35,7 +35,7 @@ import httpx
 
 from ..records import vllm as V
 from ..records.workerlog import worker_facts_from_log
-from . import fieldchecks, hostmem, modelgeom
+from . import armsettings, fieldchecks, hostmem, modelgeom
 from .vllmbin import missing_message, source_of
 
 GiB = 2**30
@@ -171,15 +171,20 @@ class ServerSpec:
             # LMCache reads max_local_cpu_size in GiB (it multiplies by 1024**3): the pool as given, unrounded
             env.update(LMCACHE_LOCAL_CPU="True", LMCACHE_CHUNK_SIZE=str(LMCACHE_CHUNK_TOKENS),
                        LMCACHE_MAX_LOCAL_CPU_SIZE=lmcache_gib(self.offload_gib))
-            # one hash seed for the scheduler and worker processes; no usage reports from a measurement
-            env.setdefault("PYTHONHASHSEED", "0")
+            # no usage reports from a measurement (the hash seed is every arm's: armsettings)
             env.setdefault("LMCACHE_TRACK_USAGE", "false")
         if self.uses_cpu_spec or self.uses_lmcache_cpu:  # the API server, engine core and worker all import it
             env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PLUGIN_DIR), env.get("PYTHONPATH", "")) if p)
-        if self.platform == "cpu":
-            env.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")  # a laptop has no core to spare
+        # the same reservation, OpenMP binding and hash seed for every tier (armsettings: vLLM's own
+        # default reserves one core more for a server with a KV connector)
+        armsettings.apply(env, self.platform)
         env.update(self.env)
         return env
+
+    def settings(self) -> dict[str, object]:
+        """What run.yaml records of this server's settings (armsettings.recorded): every arm of a
+        comparison must record the same, apart from its tier's own (kvtier.fairarms checks it)."""
+        return armsettings.recorded(self.environment())
 
 
 def lmcache_gib(gib: float) -> str:
