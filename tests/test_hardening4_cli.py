@@ -71,6 +71,8 @@ BAD: dict[tuple[str, ...], list[tuple[list[str], str]]] = {
                      (["out", "--max-len", "0"], "argument --max-len: must be an integer >= 1, not 0")],
     ("envpins",): [(["missing.txt", "afile"], "argument lock: missing.txt: no such file"),
                    (["afile", "adir"], "argument envs: adir: is a folder, not a file")],
+    ("arms",): [(["missing"], "missing: not a run folder"),
+                (["afile"], "afile: not a run folder")],
     ("claims",): [(["bogus"], "argument action: invalid choice: 'bogus'"),
                   (["--csv", "missing.csv"], "missing.csv"),
                   (["check"], "needs at least one results/numbers/*.json")],
