@@ -118,16 +118,16 @@ def test_the_verdict_follows_from_the_two_sides(checked):
 
 
 def test_the_built_registry_and_page_state_that_verdict(checked, built_repo: Path):
-    """The default build registers the same worst gap and says "not validated" before Figure 2."""
+    """The default build registers the same worst gap and says "not validated" before Figure V5."""
     _, _, _, table = checked
     t = table[table.share.isin(["share_gpu", "share_pool", "share_computed"])]
     worst = float((100 * (t.model - t.measured))[~t.fit_size].abs().max())
     numbers = built_repo / "results/numbers/curve.json"
-    page = built_repo / "paper/validation.md"
+    page = built_repo / "paper/validation-pool.md"  # part two: the sweep, then the model (Figure V5)
     reg = json.loads(numbers.read_text())["numbers"]
     assert reg["curve.cf.worst_points_predicted"]["value"] == pytest.approx(worst, abs=1e-9)
     assert reg["curve.cf.within_goal"]["value"] == 0
     text = page.read_text()
     head = text.index("Against the measured pool-size curve: not validated")
-    assert head < text.index("**Figure 2.**")  # said before Figure 2 is shown, in its section
-    assert "Not validated" in text[text.index("**Figure 2.**"):][:600]  # and in its caption
+    assert head < text.index("**Figure V5.**")  # said before the model's figure is shown, in its section
+    assert "Not validated" in text[text.index("**Figure V5.**"):][:600]  # and in its caption

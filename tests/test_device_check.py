@@ -174,12 +174,13 @@ def test_script_bandwidth_only_uses_the_machines_torch_and_nothing_else(tmp_path
 
 def test_bandwidth_imports_nothing_but_torch_and_the_standard_library() -> None:
     """Statically (kvtier.gpuenv's walk of every import, function-level ones too): the bandwidth
-    step needs torch and the standard library, and of kvtier only kvtier.device."""
+    step needs torch and the standard library, and of kvtier only kvtier.device and kvtier.cliargs."""
     from kvtier.gpuenv import import_closure
 
     c = import_closure(["kvtier.device.bandwidth"], REPO / "src")
     assert set(c.external) == {"torch"}, c.external
-    assert c.modules == {"kvtier", "kvtier.device", "kvtier.device.bandwidth"}
+    # kvtier.cliargs: the command line's argparse types, standard library only (external is torch alone)
+    assert c.modules == {"kvtier", "kvtier.cliargs", "kvtier.device", "kvtier.device.bandwidth"}
 
 
 @pytest.mark.vllm
@@ -199,7 +200,8 @@ def test_bandwidth_run_loads_nothing_but_torch_and_the_standard_library(tmp_path
                                                       "CUDA_VISIBLE_DEVICES": ""})
     assert done.returncode == 0, done.stderr
     loaded = json.loads(done.stdout.splitlines()[-1])
-    assert [m for m in loaded if not (m.startswith("torch") or m in ("kvtier", "kvtier.device") or m.startswith("kvtier.device."))] == []
+    assert [m for m in loaded if not (m.startswith("torch") or m in ("kvtier", "kvtier.cliargs", "kvtier.device")
+                                      or m.startswith("kvtier.device."))] == []
     assert "kvtier.device.bandwidth" in loaded and json.loads((tmp_path / "bw.json").read_text())["block_bytes"] == 27456 * 16
 
 

@@ -31,7 +31,7 @@ def test_the_note_keeps_the_original_length(built_repo: Path) -> None:
     assert 'href="validation.html"' in (built_repo / "paper/note.html").read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("doc", ["note", "validation", "lab"])
+@pytest.mark.parametrize("doc", ["note", "validation", "validation-pool", "validation-inputs", "lab"])
 def test_no_sentence_runs_into_the_next(built_repo: Path, doc: str) -> None:
     text = re.sub(r"`[^`]*`|\([^)]*\.(?:md|html|csv|json|yaml)\)", " ", _md(built_repo, doc))
     joined = re.findall(r".{0,30}[a-z0-9%)’'][.;:!?][A-Z][a-z].{0,20}", text)
@@ -40,14 +40,14 @@ def test_no_sentence_runs_into_the_next(built_repo: Path, doc: str) -> None:
     assert not re.findall(r"(?m)^.*\+\+\}\n(?![\n|]).*$", text)
 
 
-@pytest.mark.parametrize("doc", ["note", "validation", "lab"])
+@pytest.mark.parametrize("doc", ["note", "validation", "validation-pool", "validation-inputs", "lab"])
 def test_every_table_caption_has_its_table(built_repo: Path, doc: str) -> None:
-    captions = len(re.findall(r"(?m)^\*\*Table \d+\.\*\*", _md(built_repo, doc)))
+    captions = len(re.findall(r"(?m)^\*\*(?:Table [VL]?\d+|Claim status)\.\*\*", _md(built_repo, doc)))
     html = (built_repo / f"paper/{doc}.html").read_text(encoding="utf-8")
-    assert html.count('<figure class="table">') == captions
+    assert html.count('<figure class="table"') == captions
 
 
-@pytest.mark.parametrize("doc", ["note", "validation", "lab"])
+@pytest.mark.parametrize("doc", ["note", "validation", "validation-pool", "validation-inputs", "lab"])
 def test_markdown_has_no_character_references(built_repo: Path, doc: str) -> None:
     text = re.sub(r"<pre.*?</pre>", " ", _md(built_repo, doc), flags=re.S)
     assert not re.findall(r"&#\d+;", text)

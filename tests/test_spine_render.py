@@ -101,5 +101,5 @@ def test_captions_are_kept_with_their_tables() -> None:
     body = ("<p><strong>Table 2.</strong> Counters.</p>\n<table><tr><td>a</td></tr></table>\n"
             "<table><tr><td>b</td></tr></table>\n<p>After.</p>")
     out = keep_captions_with_tables(body)
-    assert out.startswith('<figure class="table"><figcaption><strong>Table 2.</strong> Counters.</figcaption>')
+    assert out.startswith('<figure class="table" id="table-2"><figcaption><strong>Table 2.</strong> Counters.</figcaption>')
     assert out.count("<table>") == 2 and out.index("</figure>") > out.rindex("</table>") and out.endswith("<p>After.</p>")

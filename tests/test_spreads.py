@@ -33,7 +33,7 @@ def test_only_measured_medians_are_held_to_it_and_a_spread_is_not_a_median():
     assert spread_pairs("curve.size.2.measured.share_pool.max") == [] and spread_pairs("curve.requests") == []
 
 
-@pytest.mark.parametrize("page", ["note.html", "validation.html", "lab.html"])
+@pytest.mark.parametrize("page", ["note.html", "validation.html", "validation-pool.html", "lab.html"])
 def test_every_measured_median_of_the_built_pages_has_its_spread_beside_it(built_repo: Path, page: str):
     path = built_repo / "paper" / page
     assert path.is_file(), f"{page} is not a target of the default build"

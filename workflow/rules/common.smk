@@ -54,6 +54,14 @@ DOCUMENTS = {
         "template": "validation.md.j2",
         "title": "A Host-RAM Tier for the KV Cache: what this artifact measured and modelled beside the note",
     },
+    "valpool": {
+        "template": "validation_pool.md.j2",
+        "title": "What this artifact measured and modelled, part two: the pool size varied, and the model",
+    },
+    "valinputs": {
+        "template": "validation_inputs.md.j2",
+        "title": "What this artifact measured and modelled, part three: inputs and where they come from",
+    },
     "lab": {
         "template": "lab.md.j2",
         "title": "KV caches that don't fit on the GPU: cyclic access, LRU and offloading to CPU",
@@ -68,5 +76,11 @@ def document_figures(wildcards):
 
 def documents(wildcards):
     """Each document's template, title and the names of the figures it may embed."""
-    figures = {"note": sorted(FIGURES), "validation": sorted(FIGURES), "lab": sorted(LAB_FIGURES)}
+    figures = {
+        "note": sorted(FIGURES),
+        "validation": sorted(FIGURES),
+        "valpool": sorted(FIGURES),
+        "valinputs": [],
+        "lab": sorted(LAB_FIGURES),
+    }
     return {name: {**doc, "figures": figures[name]} for name, doc in DOCUMENTS.items()}

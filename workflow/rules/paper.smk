@@ -25,6 +25,14 @@ rule publish:
         validation_html="paper/validation.html",
         validation_prov="paper/validation.provenance.html",
         validation_used="results/rendered/validation.used.json",
+        valpool_md="paper/validation-pool.md",
+        valpool_html="paper/validation-pool.html",
+        valpool_prov="paper/validation-pool.provenance.html",
+        valpool_used="results/rendered/validation-pool.used.json",
+        valinputs_md="paper/validation-inputs.md",
+        valinputs_html="paper/validation-inputs.html",
+        valinputs_prov="paper/validation-inputs.provenance.html",
+        valinputs_used="results/rendered/validation-inputs.used.json",
         lab_md="paper/lab.md",
         lab_html="paper/lab.html",
         lab_prov="paper/lab.provenance.html",
@@ -35,7 +43,7 @@ rule publish:
         documents=documents,
     # the three documents render side by side (kvtier.render.document.render_documents): publish
     # runs last, when nothing else can
-    threads: 3
+    threads: 5
     log:
         "logs/publish.log",
     benchmark:
@@ -73,7 +81,7 @@ rule note_pdf:
     output:
         pdf="paper/{doc}.pdf",
     wildcard_constraints:
-        doc="note|validation|lab",
+        doc="note|validation|validation-pool|validation-inputs|lab",
     params:
         chromium=config.get("chromium", "chromium"),
     log:

@@ -86,27 +86,25 @@ def _k(x: float) -> str:
 
 def figure_1b(bins: pd.DataFrame, out: str | Path, figure_id: str = "fig1b") -> None:
     """Bars of restores per size bin; under each bin its token range and, on a second row, the
-    modelled cold read at its upper edge (where there is a model); extrapolated bins hatched
-    and their labels marked."""
+    modelled cold read at its upper edge (where there is a model), "extrapolated" in words where
+    it lies outside the timed points."""
     from ..render.svg import OKABE_ITO, WIDTH, panels
 
     n = len(bins)
     fig, ax = panels(1, 0.9 + 0.32 * n)
     fig.set_size_inches(WIDTH, 0.9 + 0.32 * n)
     y = np.arange(n)[::-1]
-    colors = [OKABE_ITO["sky"] if ex else OKABE_ITO["blue"] for ex in bins["extrapolated"]]
-    bars = ax.barh(y, bins["restores"], color=colors, edgecolor="#000000", linewidth=0.4, height=0.7)
-    for b, ex in zip(bars, bins["extrapolated"]):
-        if ex:
-            b.set_hatch("///")
+    # one colour, no hatching: the pages ask a reader to learn four signs in all (issue 34), so an
+    # extrapolated cold read is said in words on its own label
+    ax.barh(y, bins["restores"], color=OKABE_ITO["blue"], edgecolor="#000000", linewidth=0.4, height=0.7)
     for yi, c in zip(y, bins["restores"]):
         ax.annotate(f"{int(c)}", (c, yi), ha="left", va="center", xytext=(3, 0), textcoords="offset points")
     modelled = bool(np.isfinite(bins["cold_read_at_upper_s"].to_numpy(float)).all())
-    labels = [f"{_k(lo)}–{_k(hi)}" + (f"  {'~' if ex else ''}{s:.1f} s{'*' if ex else ''}" if modelled else "")
+    labels = [f"{_k(lo)}–{_k(hi)}" + (f"  {s:.1f} s{' extrapolated' if ex else ''}" if modelled else "")
               for lo, hi, s, ex in zip(bins["lower"], bins["upper"], bins["cold_read_at_upper_s"], bins["extrapolated"])]
     ax.set_yticks(y, labels)
     ax.set_xlim(right=float(bins["restores"].max()) * 1.18)
     ax.set_xlabel("restores")
-    ax.set_ylabel("tokens served" + ("; cold read at the\nupper edge (* extrapolated)" if modelled else ""))
+    ax.set_ylabel("tokens served" + ("; modelled cold\nread at the upper edge" if modelled else ""))
     fig.tight_layout()
     save_svg(fig, out, figure_id)

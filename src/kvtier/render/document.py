@@ -19,7 +19,7 @@ from ..classes import inputs_class, modelled_by, own_class
 from ..manifest import Entry, read_manifest
 from ..numbers import Number, atomic_write_text, load_registry
 from ..provenance import build_ledger, read_ledger, write_ledger
-from .env import Renderer
+from .env import Renderer, anchor_of
 from .literals import refuse_literals
 
 
@@ -182,21 +182,23 @@ def render_document(
     title: str,
     out_prov: str | Path | None = None,
     prov_template: str = "provenance.html.j2",
+    claim_status: dict[str, Any] | None = None,
 ) -> dict[str, list[str]]:
     """Render both outputs, and the provenance page every printed number links to (one row per
     number: what it printed, its rule, the raw files it read); returns each printed key with
     its texts (for the claims check and tests)."""
-    ctx = {"stamp": stamp, **_inputs_context(entries)}
+    ctx = {"stamp": stamp, "claim_status": claim_status or {}, **_inputs_context(entries)}
     classes = number_classes(ledger)
-    md = Renderer(templates, registry, "md", figures, ctx, classes=classes).render(template)
+    page = Path(out_html).stem
+    md = Renderer(templates, registry, "md", figures, ctx, classes=classes, page=page).render(template)
     atomic_write_text(out_md, md)
 
     prov_href = Path(out_prov).name if out_prov else ""
-    hr = Renderer(templates, registry, "html", figures, ctx, classes=classes, prov_href=prov_href)
+    hr = Renderer(templates, registry, "html", figures, ctx, classes=classes, prov_href=prov_href, page=page)
     body_md = hr.render(template)
     body = markdown.markdown(body_md, extensions=["tables", "attr_list", "footnotes"], output_format="html")
     page = hr.env.get_template(page_template).render(
-        title=title, body=Markup(keep_captions_with_tables(body)), prov_href=prov_href, **ctx)
+        title=title, body=Markup(link_references(keep_captions_with_tables(body))), prov_href=prov_href, **ctx)
     atomic_write_text(out_html, page)
     if out_prov:
         rows = provenance_rows(hr.used, ledger)
@@ -207,14 +209,79 @@ def render_document(
     return hr.used
 
 
-_CAPTIONED_TABLE = re.compile(r"<p>(<strong>Table [^<]*</strong>.*?)</p>((?:\s*<table>.*?</table>)+)", re.S)
+_CAPTIONED_TABLE = re.compile(
+    r"<p>(<strong>(Table [^<]*?|Claim status)\.?</strong>.*?)</p>((?:\s*(?:<p>\([a-z]\)(?:(?!</p>).)*</p>\s*)?<table>.*?</table>)+)", re.S)
 
 
 def keep_captions_with_tables(body: str) -> str:
     """A paragraph that opens with **Table N.** followed by its table(s) becomes one <figure>
     with a <figcaption>, so print keeps the caption with its tables and a wide table scrolls
-    inside its own box instead of the page."""
-    return _CAPTIONED_TABLE.sub(r'<figure class="table"><figcaption>\1</figcaption>\n<div class="scroll">\2</div></figure>', body)
+    inside its own box instead of the page. The figure's id is the table's label
+    (`table-v3`), so a reference to it lands on it."""
+    return _CAPTIONED_TABLE.sub(
+        lambda m: f'<figure class="table" id="{anchor_of(m.group(2))}"><figcaption>{m.group(1)}</figcaption>\n'
+                  f'<div class="scroll">{set_cpu_apart(m.group(3))}</div></figure>', body)
+
+
+_TABLE = re.compile(r"<table>.*?</table>", re.S)
+_ROW = re.compile(r"<tr>(.*?)</tr>", re.S)
+_CELL = re.compile(r"<(t[hd])([^>]*)>(.*?)</\1>", re.S)
+
+
+def set_cpu_apart(html_tables: str) -> str:
+    """A column headed by vLLM's CPU build beside a GPU setup's is set apart (class cpu-apart: a
+    double rule before it), so its figures never read as one row with the GPU's (issue 34); the
+    caption says why they are not comparable."""
+    def one(table: str) -> str:
+        rows = _ROW.findall(table)
+        if not rows:
+            return table
+        head = [re.sub(r"<[^>]+>", "", c[2]) for c in _CELL.findall(rows[0])]
+        apart = {i for i, h in enumerate(head) if "CPU build" in h} if any(
+            re.search(r"\bsetup [AC]\b|GPU|production", h, re.I) for h in head) else set()
+        if not apart:
+            return table
+
+        def row(m: re.Match[str]) -> str:
+            cells = list(_CELL.finditer(m.group(1)))
+            out = m.group(1)
+            for i in sorted(apart, reverse=True):
+                if i < len(cells):
+                    c = cells[i]
+                    out = out[:c.start()] + f'<{c.group(1)} class="cpu-apart"{c.group(2)}>{c.group(3)}</{c.group(1)}>' + out[c.end():]
+            return f"<tr>{out}</tr>"
+        return _ROW.sub(row, table)
+    return _TABLE.sub(lambda m: one(m.group(0)), html_tables)
+
+
+# "Table 1", "Table V3", "Figure 1a", "Figure L2": a reference to a numbered table or figure.
+REFERENCE = re.compile(r"\b(?:Table|Figure) [VL]?\d+[a-z]?\b")
+
+
+def link_references(body: str) -> str:
+    """Every reference to a table or figure of this page, outside a link, becomes a link to its
+    anchor; the caption's own label is left as it is. A reference to another page is written
+    as a link in the template (`xref`); one that names no anchor here stays text, and the
+    reader test (tests/test_navigation.py) fails on it."""
+    ids = set(re.findall(r'\bid="([^"]+)"', body))
+    parts = re.split(r"(<[^>]+>)", body)
+    depth, out = 0, []
+    for i, part in enumerate(parts):
+        if part.startswith("<"):
+            if re.match(r"<a[\s>]", part):
+                depth += 1
+            elif part.startswith("</a>"):
+                depth = max(0, depth - 1)
+            out.append(part)
+            continue
+        own_label = i >= 3 and parts[i - 1] == "<strong>" and parts[i - 3].startswith("<figcaption")
+        if depth or own_label or not part:
+            out.append(part)
+            continue
+        out.append(REFERENCE.sub(
+            lambda m: f'<a class="ref" href="#{anchor_of(m.group(0))}">{m.group(0)}</a>'
+            if anchor_of(m.group(0)) in ids else m.group(0), part))
+    return "".join(out)
 
 
 def render_documents(jobs: dict[str, dict[str, Any]], workers: int = 1) -> dict[str, dict[str, list[str]]]:
@@ -281,6 +348,7 @@ def publish_from_snakemake(smk: Any, templates: str = "paper/templates", page_te
     outputs are `<name>_md`, `<name>_html`, `<name>_prov`, `<name>_used`, `ledger`, `claims_md`,
     `claims_csv`. A template with a typed number stops the rule before anything is written."""
     from ..claims import load_claims, write_report_tables
+    from .status import claim_status
 
     refuse_literals(templates)
     registry = load_registry(smk.input.numbers)
@@ -289,14 +357,16 @@ def publish_from_snakemake(smk: Any, templates: str = "paper/templates", page_te
     entries = read_manifest(smk.input.manifest)
     stamp = build_stamp(ledger["commit"], ledger["dirty"], version("snakemake"))
     inputs = dict(smk.input.items())
+    claims = load_claims(smk.input.claims)
+    status = claim_status(claims, ledger)
     jobs = {name: dict(
         templates=templates, template=doc["template"], page_template=page_template, registry=registry,
         ledger=ledger, entries=entries, figures={k: str(inputs[k]) for k in doc["figures"]}, stamp=stamp,
         out_md=smk.output[f"{name}_md"], out_html=smk.output[f"{name}_html"], title=doc["title"],
-        out_prov=smk.output[f"{name}_prov"]) for name, doc in smk.params.documents.items()}
+        out_prov=smk.output[f"{name}_prov"], claim_status=status) for name, doc in smk.params.documents.items()}
     printed = render_documents(jobs, int(getattr(smk, "threads", 1) or 1))
     for name, used in printed.items():
         atomic_write_text(smk.output[f"{name}_used"], json.dumps(used, indent=1, sort_keys=True) + "\n")
     classes = {k: (e.get("class"), e.get("inputs_class")) for k, e in ledger.get("numbers", {}).items()}
-    write_report_tables(load_claims(smk.input.claims), registry, printed, smk.output.claims_md, smk.output.claims_csv, classes)
+    write_report_tables(claims, registry, printed, smk.output.claims_md, smk.output.claims_csv, classes)
     return printed

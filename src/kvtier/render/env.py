@@ -29,10 +29,52 @@ from . import formats
 
 # Each class of number has its own mark, the same in HTML, print and Markdown (a glyph, so it
 # survives print, colour-vision deficiencies and plain text); settings and published values
-# copied as records carry none. The legend is `MARK_LEGEND`, printed once per document.
-MARKS = {"measured": "●", "modelled": "△", "replica": "◇", "part-replica": "◈"}
+# copied as records carry none. A reader learns four signs in all: these three and the
+# highlight of text added by this artifact (macros.md.j2's legend, printed once per document):
+# a number that rests on replica records only in part carries the replica mark too, and the
+# class is shown by the glyph alone (no colour or underline of its own).
+MARKS = {"measured": "●", "modelled": "△", "replica": "◇", "part-replica": "◇"}
 MARK_WORDS = {"measured": "measured here", "modelled": "modelled (computed by a model or simulator)",
-              "replica": "replica records only", "part-replica": "partly replica records"}
+              "replica": "replica records only", "part-replica": "rests in part on replica records"}
+
+# Where each document is written (paper/<file>.html, .md): a cross-page reference names the document.
+DOC_FILES = {"note": "note", "validation": "validation", "valpool": "validation-pool",
+             "valinputs": "validation-inputs", "lab": "lab"}
+
+
+# The companion pages' tables and figures, in reading order, each with the page it is on: a
+# label's number is its place here (Table V4 is the fourth table), so numbers never collide
+# across pages (the note's Table 5 is not the validation page's) and a reordered section is
+# renumbered here, in one place. Templates name a table or figure by key: ref("table", "sweep").
+SERIES: dict[str, dict[str, tuple[tuple[str, str], ...]]] = {
+    "V": {
+        "table": (("evict-cpu", "validation"), ("prod-cpu", "validation"), ("longctx", "validation"),
+                  ("sweep", "validation-pool"), ("sweep-fit", "validation-pool"), ("sweep-cal", "validation-pool"),
+                  ("curve", "validation-pool"), ("model-curve", "validation-pool"), ("model-params", "validation-pool"),
+                  ("inputs", "validation-inputs")),
+        "figure": (("prod-cpu", "validation"), ("longctx", "validation"), ("sweep", "validation-pool"),
+                   ("curve", "validation-pool"), ("model", "validation-pool")),
+    },
+    "L": {
+        "table": (("lab-results", "lab"), ("lab-live", "lab"), ("lab-lmcache", "lab"), ("lab-inputs", "lab")),
+        "figure": (("lab-ttft", "lab"), ("lab-live", "lab")),
+    },
+}
+
+
+def numbered(kind: str, key: str) -> tuple[str, str]:
+    """('Table V4', 'validation-pool'): a table's or figure's label and the page it is on."""
+    for series, kinds in SERIES.items():
+        for i, (k, page) in enumerate(kinds.get(kind, ()), 1):
+            if k == key:
+                return f"{kind.capitalize()} {series}{i}", page
+    raise KeyError(f"no {kind} {key!r} in kvtier.render.env.SERIES")
+
+
+def anchor_of(label: str) -> str:
+    """The id of a numbered table or figure: 'Table V3' -> 'table-v3', 'Figure 1a' -> 'figure-1a'."""
+    return "-".join(str(label).lower().split())
+
 
 # Markdown's active characters, written as character references so the converter shows them
 # as text (a reference is never markup). `_` is left alone: it is common in paths, and
@@ -138,13 +180,14 @@ class Renderer:
     def __init__(self, templates: str | Path, registry: dict[str, Number], mode: str,
                  figures: dict[str, str] | None = None, context: dict[str, Any] | None = None,
                  figure_base: str = "../figures", classes: dict[str, frozenset[str]] | None = None,
-                 prov_href: str = "", marks: bool = True):
+                 prov_href: str = "", marks: bool = True, page: str = ""):
         if mode not in ("md", "html"):
             raise ValueError(mode)
         self.mode = mode
         self.registry = registry
         self.classes = classes or {}
         self.prov_href = prov_href
+        self.page = page  # the file stem this pass renders (note, validation-pool): ref() links elsewhere
         self.marks = marks
         self.figures = figures or {}
         self.figure_base = figure_base
@@ -180,6 +223,8 @@ class Renderer:
             # a value a replica record holds that the original does not state (kvtier.replica.choices)
             generator_choice=lambda num: generator_choice(num.key) if self.record_class(num) == "replica" else "",
             said=self.said,
+            xref=self.xref,
+            ref=self.ref,
             breakable=breakable,
             placeholder=self.placeholder,
             mode=mode,
@@ -247,6 +292,22 @@ class Renderer:
         return {"measured": "measured", "replica": "in the replica records", "published": "as published"}.get(
             self.record_class(*numbers), "recorded")
 
+    def ref(self, kind: str, key: str) -> Markup | str:
+        """A numbered table's or figure's label (SERIES); a link where it is on another page."""
+        label, page = numbered(kind, key)
+        if page == self.page:
+            return label
+        return self.xref(label, page)
+
+    def xref(self, label: str, doc: str, caption: bool = False) -> Markup | str:
+        """A link to a numbered table or figure of another document, landing on it (not on the
+        page's top); a reference on the same page is linked after rendering (link_references).
+        caption=True: plain text for a caption string given to figure(), which a Markup would
+        escape as it is joined to it."""
+        page = f"{DOC_FILES.get(doc, doc)}.{'html' if self.mode == 'html' else 'md'}"
+        link = f"[{escape_untrusted(label)}]({page}#{anchor_of(label)})"
+        return link if caption else Markup(link)
+
     def has(self, prefix: str) -> bool:
         """True once an analysis has registered numbers under this prefix: the prefix is one of
         the registry's dotted groups (found once, by the Namespace), not a scan of every key."""
@@ -265,11 +326,13 @@ class Renderer:
             plain = plain.replace(mark, "")
         if self.mode == "md":
             return Markup(f"![{escape_untrusted_md(plain)}]({self.figure_base}/{path.name})\n\n{caption}\n")
+        label = re.match(r"\*\*(Figure [VL]?\d+[a-z]?)\.", str(caption))
         caption = Markup(markdown.markdown(caption).removeprefix("<p>").removesuffix("</p>"))
         mime = {".svg": "image/svg+xml", ".png": "image/png"}[path.suffix]
         data = base64.b64encode(path.read_bytes()).decode()
+        fid = anchor_of(label.group(1)) if label else name
         return Markup(
-            f'<figure id="{name}"><img alt="{html.escape(plain)}" src="data:{mime};base64,{data}">'
+            f'<figure id="{fid}" data-figure="{name}"><img alt="{html.escape(plain)}" src="data:{mime};base64,{data}">'
             f"<figcaption>{caption}</figcaption></figure>\n"
         )
 
