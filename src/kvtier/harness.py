@@ -50,6 +50,7 @@ from .eviction.records import RunWriter, read_run
 from .eviction.runner import Harness, HarnessFailed, Plan
 from .hostload import LoadSampler
 from .runfolder import claim, hold, pin_new, resolve_id, run_files
+from .records.startup_args import option_value
 from .serving.client import RequestFailed, ServingClient
 from .serving import fieldchecks, modelgeom, thinking, vllmbin
 from .serving.redact import redact_argv, redact_env, scrub_file, secret_values
@@ -218,12 +219,9 @@ def api_key(a: argparse.Namespace) -> str | None:
     """--api-key, else the key given to a launched server (--server-arg=--api-key=...), else the environment."""
     if a.api_key:
         return a.api_key
-    args = list(a.server_arg)
-    for i, arg in enumerate(args):
-        if arg.startswith("--api-key="):
-            return arg.split("=", 1)[1]
-        if arg == "--api-key" and i + 1 < len(args):
-            return args[i + 1]
+    given = option_value(list(a.server_arg), "--api-key")
+    if given is not None:
+        return given
     env = dict(kv.split("=", 1) for kv in a.server_env)
     return env.get("VLLM_API_KEY") or os.environ.get("VLLM_API_KEY") or os.environ.get("OPENAI_API_KEY")
 

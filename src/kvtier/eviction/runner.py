@@ -30,6 +30,7 @@ from . import logprobs as lp_mod
 from .checks import exact_blocks, request_delta, restore_checks
 from .host import kv_bytes_per_token, load_average
 from ..records import geometry
+from ..records.startup_args import option_value
 from ..records.evictionrun import FORMAT, RunWriter, parse_phase_id, phase_ids
 from ..runfolder import differences, repair_cut_last_line
 
@@ -129,15 +130,6 @@ def _phase_id(cycle: int, name: str) -> str:
 def _conv_meta(c: conv_mod.Conversation) -> dict[str, Any]:
     return {"seed": c.seed, "prompt_tokens": c.prompt_tokens, "codes": c.codes, "positions": c.positions,
             "words": c.words, "digest": c.digest}
-
-
-def _dtype_arg(command: list[str]) -> str | None:
-    for i, a in enumerate(command):
-        if a.startswith("--dtype="):
-            return a.split("=", 1)[1]
-        if a == "--dtype" and i + 1 < len(command):
-            return command[i + 1]
-    return None
 
 
 class Harness:
@@ -327,7 +319,7 @@ class Harness:
         if server.get("tier") != "native" or not block:
             return
         from_log = offload_block_bytes_from_log(self.server.log_path) if self.server is not None else None
-        per_token = kv_bytes_per_token(self.meta["model"]["path"], _dtype_arg(server.get("command") or []))
+        per_token = kv_bytes_per_token(self.meta["model"]["path"], option_value(server.get("command") or [], "--dtype"))
         from_model = per_token * block if per_token else None
         server["offload_block_bytes"] = {"log": from_log, "model": from_model}
         try:  # the analysis's own cross-check (records.geometry), so the run and its numbers agree on it

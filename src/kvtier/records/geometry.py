@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import RawRecordError, capped_lines
 from .prometheus import Snapshot
 from . import vllm as V
+from .startup_args import option_value
 from .touch import Touching, carry, quiet, touch
 
 if TYPE_CHECKING:  # the server log's readers (records.serverlog_facts, records.serverlog)
@@ -56,29 +57,18 @@ def cache_config(snap: Snapshot) -> tuple[dict[str, str], int] | None:
 
 def _connector_of_command(command: list[str] | None) -> dict[str, Any] | None:
     """kv_connector_extra_config of the --kv-transfer-config in run.yaml's command (JSON)."""
-    cmd = list(command or [])
-    for i, a in enumerate(cmd):
-        value = None
-        if a == "--kv-transfer-config" and i + 1 < len(cmd):
-            value = cmd[i + 1]
-        elif a.startswith("--kv-transfer-config="):
-            value = a.split("=", 1)[1]
-        if value is not None:
-            try:
-                return dict(json.loads(value).get("kv_connector_extra_config") or {})
-            except (ValueError, AttributeError, TypeError):
-                return None
+    value = option_value(list(command or []), "--kv-transfer-config")
+    if value is not None:
+        try:
+            return dict(json.loads(value).get("kv_connector_extra_config") or {})
+        except (ValueError, AttributeError, TypeError):
+            return None
     return None
 
 
 def _server_block(command: list[str] | None) -> int | None:
-    cmd = list(command or [])
-    for i, a in enumerate(cmd):
-        if a.startswith("--block-size="):
-            return int(a.split("=", 1)[1])
-        if a == "--block-size" and i + 1 < len(cmd):
-            return int(cmd[i + 1])
-    return None
+    value = option_value(list(command or []), "--block-size")
+    return None if value is None else int(value)
 
 
 def check_geometry(run_yaml: Path, server: dict[str, Any], log: LogFacts, snaps: list[Snapshot]) -> None:

@@ -20,6 +20,17 @@ MAX_REPR_DEPTH = 32           # nesting of calls, dicts, lists, tuples, sets
 MAX_REPR_LITERAL = 1 << 14    # characters of one str/bytes literal, digits of one number
 
 
+def option_value(argv: list[str] | tuple[str, ...], flag: str) -> str | None:
+    """The value a `vllm serve` argv gives `flag` (`--flag=V` or `--flag V`; the first given), or None.
+    One reader for every option kvtier looks up in a command it built or a run recorded."""
+    for i, a in enumerate(argv):
+        if a.startswith(flag + "="):
+            return a.split("=", 1)[1]
+        if a == flag and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
 class ReprError(ValueError):
     """The startup arguments are not a repr this walker reads (what, and why)."""
 

@@ -27,6 +27,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..records.startup_args import option_value
+
 DEFAULT_BLOCK_TOKENS = {"cuda": 16, "cpu": 128}  # CacheConfig.DEFAULT_BLOCK_SIZE; the CPU attention backend's
 KERNEL_BLOCK = 16  # FlashAttention's kernel block (MultipleOf(16)): the hybrid alignment unit on CUDA
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
@@ -109,24 +111,6 @@ def _mamba_page(cfg: dict[str, Any], width: int) -> int | None:
     return (conv + heads * head_dim * state) * width
 
 
-def _block_arg(extra_args: list[str]) -> int | None:
-    for i, a in enumerate(extra_args):
-        if a.startswith("--block-size="):
-            return int(a.split("=", 1)[1])
-        if a == "--block-size" and i + 1 < len(extra_args):
-            return int(extra_args[i + 1])
-    return None
-
-
-def _dtype_arg(extra_args: list[str]) -> str | None:
-    for i, a in enumerate(extra_args):
-        if a.startswith("--dtype="):
-            return a.split("=", 1)[1]
-        if a == "--dtype" and i + 1 < len(extra_args):
-            return extra_args[i + 1]
-    return None
-
-
 def geometry(model_dir: str | Path, platform: str = "cuda", extra_args: list[str] | None = None) -> ModelGeometry | None:
     """The geometry of the model in `model_dir` as this server would hold it (None: no readable
     config.json, e.g. a model name vLLM downloads)."""
@@ -143,7 +127,7 @@ def geometry(model_dir: str | Path, platform: str = "cuda", extra_args: list[str
         return None
     kinds = _layer_kinds(cfg, n)
     full, sliding, linear = (kinds.count(k) for k in ("full", "sliding", "linear"))
-    dtype = _dtype_arg(extra_args)
+    dtype = option_value(extra_args, "--dtype")
     name = dtype if dtype not in (None, "auto") else str(cfg.get("torch_dtype") or cfg.get("dtype") or "")
     width = DTYPE_BYTES.get(name)
     mla = cfg.get("kv_lora_rank") is not None
@@ -156,7 +140,8 @@ def geometry(model_dir: str | Path, platform: str = "cuda", extra_args: list[str
     else:
         per_layer = 2 * kv_heads * head_dim * width
     kv = per_layer * (full + sliding) if per_layer is not None else None
-    given = _block_arg(extra_args)
+    block_arg = option_value(extra_args, "--block-size")
+    given = None if block_arg is None else int(block_arg)
     if given:
         block, how = given, "--block-size"
     elif platform == "cpu":

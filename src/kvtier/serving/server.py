@@ -34,6 +34,7 @@ from typing import IO
 import httpx
 
 from ..records import vllm as V
+from ..records.startup_args import option_value
 from ..records.workerlog import worker_facts_from_log
 from . import armsettings, fieldchecks, hostmem, modelgeom
 from .vllmbin import missing_message, source_of
@@ -120,12 +121,8 @@ class ServerSpec:
     @property
     def server_block_tokens(self) -> int | None:
         """The server's KV block size: --block-size if given, else the platform's fixed default."""
-        for i, a in enumerate(self.extra_args):
-            if a.startswith("--block-size="):
-                return int(a.split("=", 1)[1])
-            if a == "--block-size" and i + 1 < len(self.extra_args):
-                return int(self.extra_args[i + 1])
-        return DEFAULT_BLOCK_TOKENS.get(self.platform)
+        given = option_value(self.extra_args, "--block-size")
+        return int(given) if given is not None else DEFAULT_BLOCK_TOKENS.get(self.platform)
 
     @property
     def url(self) -> str:
